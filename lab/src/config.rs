@@ -1,0 +1,348 @@
+//! A run's fully resolved configuration: task, model, positional encoding, training, seed.
+//!
+//! A run is identified by the hash of this struct's canonical JSON serialisation plus the lab's
+//! [`SCHEMA_VERSION`](crate::results::SCHEMA_VERSION) (see [`RunConfig::run_id`]); every field is
+//! therefore part of a run's identity. Sweep files (`sweeps/*.toml`) set these fields by name;
+//! unknown names are rejected with the closest valid one.
+
+use serde::{Deserialize, Serialize};
+use tasks::block::{BlockConfig, BlockVariant};
+
+use crate::model::{Encoding, ModelConfig, PairLayout};
+
+/// Error for an invalid configuration value: one line naming the field and its allowed range.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ConfigError {
+    /// A field outside its allowed range.
+    #[error("{field} = {value} is out of range: {allowed}")]
+    OutOfRange {
+        /// Field name as written in sweep files.
+        field: String,
+        /// The offending value, printed.
+        value: String,
+        /// The allowed range, in words.
+        allowed: String,
+    },
+    /// The task generator rejected its parameters (its message names the field).
+    #[error("{0}")]
+    Task(String),
+}
+
+impl ConfigError {
+    fn new(field: &str, value: impl std::fmt::Display, allowed: impl Into<String>) -> Self {
+        Self::OutOfRange {
+            field: field.into(),
+            value: value.to_string(),
+            allowed: allowed.into(),
+        }
+    }
+}
+
+/// Every [`RunConfig`] field name, in declaration order (checked by a test).
+pub const FIELDS: &[&str] = &[
+    "task",
+    "variant",
+    "vocab_size",
+    "seq_len",
+    "block_len",
+    "noise",
+    "encoding",
+    "rope_base",
+    "pair_layout",
+    "d_model",
+    "n_layers",
+    "n_heads",
+    "d_ff",
+    "steps",
+    "batch_size",
+    "lr",
+    "warmup_steps",
+    "min_lr_ratio",
+    "weight_decay",
+    "beta1",
+    "beta2",
+    "adam_eps",
+    "grad_clip",
+    "eval_every",
+    "eval_batches",
+    "seed",
+];
+
+/// Task family of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskKind {
+    /// Block-structured sequences (SCIENCE.md §2), variant chosen by `variant`.
+    Block,
+}
+
+/// Every setting of one training run. Units: lengths in tokens, `lr` per step.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Task family.
+    pub task: TaskKind,
+    /// Block task variant: `copy` or `recall`.
+    pub variant: BlockVariant,
+    /// Vocabulary size.
+    pub vocab_size: usize,
+    /// Context length (tokens per training sequence).
+    pub seq_len: usize,
+    /// Block length `B` (the dependency width knob).
+    pub block_len: usize,
+    /// Copy-noise probability ε in `[0, 1]`.
+    pub noise: f64,
+    /// Positional encoding.
+    pub encoding: Encoding,
+    /// RoPE base.
+    pub rope_base: f64,
+    /// RoPE pair layout.
+    pub pair_layout: PairLayout,
+    /// Residual width.
+    pub d_model: usize,
+    /// Number of blocks.
+    pub n_layers: usize,
+    /// Attention heads.
+    pub n_heads: usize,
+    /// MLP hidden width.
+    pub d_ff: usize,
+    /// Optimiser steps.
+    pub steps: usize,
+    /// Sequences per step.
+    pub batch_size: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    /// Linear warm-up steps (then cosine decay to `min_lr_ratio · lr` at `steps`).
+    pub warmup_steps: usize,
+    /// Final learning rate as a fraction of `lr`.
+    pub min_lr_ratio: f64,
+    /// Decoupled weight decay (AdamW), applied to matrices only.
+    pub weight_decay: f64,
+    /// AdamW β₁.
+    pub beta1: f64,
+    /// AdamW β₂.
+    pub beta2: f64,
+    /// AdamW ε.
+    pub adam_eps: f64,
+    /// Global gradient-norm clip (0 disables).
+    pub grad_clip: f64,
+    /// Evaluate (and probe) every this many steps, and at the last step.
+    pub eval_every: usize,
+    /// Held-out batches per evaluation (each `batch_size` sequences).
+    pub eval_batches: usize,
+    /// Seed for data (train and eval streams derived from it) and initial weights.
+    pub seed: u64,
+}
+
+impl RunConfig {
+    /// Check every field; the first violation is returned as a one-line [`ConfigError`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        fn range<T: PartialOrd + std::fmt::Display + Copy>(
+            field: &str,
+            v: T,
+            lo: T,
+            hi: T,
+        ) -> Result<(), ConfigError> {
+            if v < lo || v > hi {
+                return Err(ConfigError::new(
+                    field,
+                    v,
+                    format!("must be in {lo}..={hi}"),
+                ));
+            }
+            Ok(())
+        }
+        range("vocab_size", self.vocab_size, 2, 1 << 20)?;
+        range("seq_len", self.seq_len, 2, 1 << 16)?;
+        range("d_model", self.d_model, 2, 1 << 14)?;
+        range("n_layers", self.n_layers, 1, 256)?;
+        range("n_heads", self.n_heads, 1, self.d_model)?;
+        if self.d_model % self.n_heads != 0 {
+            return Err(ConfigError::new(
+                "n_heads",
+                self.n_heads,
+                format!("must divide d_model = {}", self.d_model),
+            ));
+        }
+        if self.head_dim() % 2 != 0 {
+            return Err(ConfigError::new(
+                "n_heads",
+                self.n_heads,
+                format!(
+                    "d_model / n_heads must be even for rotary pairs (d_model = {})",
+                    self.d_model
+                ),
+            ));
+        }
+        range("d_ff", self.d_ff, 1, 1 << 16)?;
+        range("steps", self.steps, 1, 100_000_000)?;
+        range("batch_size", self.batch_size, 1, 1 << 16)?;
+        if !(self.lr > 0.0 && self.lr <= 10.0) {
+            return Err(ConfigError::new("lr", self.lr, "must be in (0, 10]"));
+        }
+        range("warmup_steps", self.warmup_steps, 0, self.steps)?;
+        finite_range("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)?;
+        finite_range("weight_decay", self.weight_decay, 0.0, 10.0)?;
+        finite_range("beta1", self.beta1, 0.0, 0.999_999)?;
+        finite_range("beta2", self.beta2, 0.0, 0.999_999_9)?;
+        if !(self.adam_eps > 0.0 && self.adam_eps <= 1.0) {
+            return Err(ConfigError::new(
+                "adam_eps",
+                self.adam_eps,
+                "must be in (0, 1]",
+            ));
+        }
+        finite_range("grad_clip", self.grad_clip, 0.0, 1e6)?;
+        range("eval_every", self.eval_every, 1, 100_000_000)?;
+        range("eval_batches", self.eval_batches, 1, 10_000)?;
+        if !(self.rope_base > 1.0 && self.rope_base.is_finite()) {
+            return Err(ConfigError::new(
+                "rope_base",
+                self.rope_base,
+                "must be a finite number > 1",
+            ));
+        }
+        self.block_task()
+            .validate()
+            .map_err(|e| ConfigError::Task(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Per-head dimension.
+    pub fn head_dim(&self) -> usize {
+        self.d_model / self.n_heads.max(1)
+    }
+
+    /// The block-task generator config.
+    pub fn block_task(&self) -> BlockConfig {
+        BlockConfig {
+            variant: self.variant,
+            vocab_size: self.vocab_size,
+            seq_len: self.seq_len,
+            block_len: self.block_len,
+            noise: self.noise,
+        }
+    }
+
+    /// The model config.
+    pub fn model(&self) -> ModelConfig {
+        ModelConfig {
+            vocab_size: self.vocab_size,
+            d_model: self.d_model,
+            n_layers: self.n_layers,
+            n_heads: self.n_heads,
+            d_ff: self.d_ff,
+            encoding: self.encoding,
+            rope_base: self.rope_base,
+            pair_layout: self.pair_layout,
+        }
+    }
+
+    /// Dependency width `W` of the run's data in tokens (`W = B` for the block task, SCIENCE.md §2).
+    pub fn dep_width(&self) -> usize {
+        self.block_task().dep_width()
+    }
+
+    /// Canonical JSON: the serde field order of this struct, compact.
+    pub fn canonical_json(&self) -> String {
+        serde_json::to_string(self).expect("RunConfig serialises")
+    }
+
+    /// Stable run id: the first 16 hex digits of BLAKE3(schema version ‖ canonical JSON).
+    pub fn run_id(&self) -> String {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(format!("lab-schema-{}\n", crate::results::SCHEMA_VERSION).as_bytes());
+        hasher.update(self.canonical_json().as_bytes());
+        hasher.finalize().to_hex()[..16].to_string()
+    }
+}
+
+fn finite_range(field: &str, v: f64, lo: f64, hi: f64) -> Result<(), ConfigError> {
+    if !v.is_finite() || v < lo || v > hi {
+        return Err(ConfigError::new(
+            field,
+            v,
+            format!("must be in [{lo}, {hi}]"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A small valid config used across the crate's tests.
+    pub fn tiny() -> RunConfig {
+        RunConfig {
+            task: TaskKind::Block,
+            variant: BlockVariant::Copy,
+            vocab_size: 16,
+            seq_len: 16,
+            block_len: 4,
+            noise: 0.0,
+            encoding: Encoding::Rope,
+            rope_base: 10000.0,
+            pair_layout: PairLayout::Adjacent,
+            d_model: 16,
+            n_layers: 1,
+            n_heads: 2,
+            d_ff: 32,
+            steps: 4,
+            batch_size: 4,
+            lr: 1e-3,
+            warmup_steps: 1,
+            min_lr_ratio: 0.1,
+            weight_decay: 0.1,
+            beta1: 0.9,
+            beta2: 0.95,
+            adam_eps: 1e-8,
+            grad_clip: 1.0,
+            eval_every: 2,
+            eval_batches: 1,
+            seed: 0,
+        }
+    }
+
+    #[test]
+    fn fields_list_matches_struct() {
+        let v = serde_json::to_value(tiny()).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        let mut sorted = FIELDS.to_vec();
+        sorted.sort();
+        let mut keys_sorted = keys.clone();
+        keys_sorted.sort();
+        assert_eq!(keys_sorted, sorted);
+    }
+
+    #[test]
+    fn run_id_is_stable_and_sensitive() {
+        let a = tiny();
+        assert_eq!(a.run_id(), tiny().run_id());
+        assert_eq!(a.run_id().len(), 16);
+        let mut b = tiny();
+        b.seed = 1;
+        assert_ne!(a.run_id(), b.run_id());
+    }
+
+    #[test]
+    fn errors_name_the_field_and_range() {
+        let mut c = tiny();
+        c.n_heads = 3;
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "n_heads = 3 is out of range: must divide d_model = 16"
+        );
+        let mut c = tiny();
+        c.lr = -1.0;
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "lr = -1 is out of range: must be in (0, 10]"
+        );
+        let mut c = tiny();
+        c.block_len = 99;
+        let msg = c.validate().unwrap_err().to_string();
+        assert!(msg.contains("block_len"), "{msg}");
+        assert!(!msg.contains('\n'));
+    }
+}

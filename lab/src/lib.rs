@@ -1,0 +1,18 @@
+//! `lab`: a laboratory for the science of positional encodings in transformers.
+//!
+//! Data flows one way (DESIGN.md): a sweep file expands into runs ([`sweep`]); each run
+//! generates its task ([`tasks`]), trains a model with a positional encoding ([`model`],
+//! [`train`]), probes which rotary frequencies it uses ([`probe`]) and writes Parquet tables
+//! ([`results`]); the sweep then fits the law θ* ∝ 1/W ([`analysis`]).
+
+#![warn(missing_docs)]
+
+pub mod analysis;
+pub mod config;
+pub mod model;
+pub mod probe;
+pub mod results;
+pub mod sweep;
+pub mod train;
+
+pub use tasks;

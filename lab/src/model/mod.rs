@@ -1,0 +1,301 @@
+//! Decoder-only transformer with pluggable positional attention.
+//!
+//! Architecture (GPT-style, pre-norm): token embedding → `n_layers` × [RMSNorm → causal
+//! self-attention → residual; RMSNorm → GELU MLP → residual] → RMSNorm → linear head.
+//! No biases, no dropout, untied embedding and head. Positions enter *only* through the
+//! attention scores, computed by a [`PositionalAttention`] variant: one file per encoding
+//! (`nope.rs`, `rope.rs`), one line per encoding in [`PositionalAttention`] and [`Encoding`].
+//!
+//! Initialisation is done on the host with the run's own seeded RNG (ChaCha8), not with burn's
+//! process-global RNG, so the initial weights depend only on `(ModelConfig, seed)` (DESIGN.md,
+//! "Flex's RNG is one process-global generator"). Weights are `N(0, 0.02²)` (GPT-2), the two
+//! residual output projections scaled by `1/√(2·n_layers)`, norm gains 1.
+
+pub mod nope;
+pub mod rope;
+
+use burn::module::{Module, Param};
+use burn::tensor::activation::{gelu, softmax};
+use burn::tensor::module::embedding;
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Normal};
+use serde::{Deserialize, Serialize};
+
+pub use nope::Nope;
+pub use rope::{PairLayout, Rope};
+
+/// Which positional encoding the attention uses (SCIENCE.md §1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    /// No positional encoding: plain `q·k/√d` under a causal mask.
+    Nope,
+    /// Rotary position embedding, `θ_i = rope_base^(−2i/d)`.
+    Rope,
+}
+
+impl Encoding {
+    /// Lower-case name used in configs and tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::Nope => "nope",
+            Encoding::Rope => "rope",
+        }
+    }
+
+    /// Whether the encoding rotates q/k by position (so its frequency spectrum is meaningful).
+    pub fn is_rotary(self) -> bool {
+        matches!(self, Encoding::Rope)
+    }
+}
+
+/// Shape and encoding of a model. All sizes are counts (tokens, dimensions).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    /// Vocabulary size (token ids `0..vocab_size`).
+    pub vocab_size: usize,
+    /// Residual stream width.
+    pub d_model: usize,
+    /// Number of transformer blocks.
+    pub n_layers: usize,
+    /// Attention heads per block; `head_dim = d_model / n_heads`.
+    pub n_heads: usize,
+    /// Hidden width of the MLP.
+    pub d_ff: usize,
+    /// Positional encoding.
+    pub encoding: Encoding,
+    /// RoPE base (`θ_i = rope_base^(−2i/head_dim)`); also the frequency grid the probe uses for NoPE.
+    pub rope_base: f64,
+    /// RoPE pair layout.
+    pub pair_layout: PairLayout,
+}
+
+impl ModelConfig {
+    /// Per-head dimension.
+    pub fn head_dim(&self) -> usize {
+        self.d_model / self.n_heads
+    }
+
+    /// Build the model on `device` with weights drawn from `seed`.
+    ///
+    /// Call [`ModelConfig::validate`](crate::config::RunConfig::validate) first: shapes are
+    /// assumed consistent (`d_model % n_heads == 0`, even `head_dim`).
+    pub fn init(&self, seed: u64, device: &Device) -> Transformer {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5EED_0F_1A1B);
+        let std = 0.02;
+        let resid_std = std / ((2 * self.n_layers) as f64).sqrt();
+        let mut normal = |shape: [usize; 2], std: f64| -> Param<Tensor<2>> {
+            let dist = Normal::new(0.0, std).expect("finite std");
+            let n = shape[0] * shape[1];
+            let values: Vec<f32> = (0..n).map(|_| dist.sample(&mut rng) as f32).collect();
+            Param::from_data(TensorData::new(values, shape), device)
+        };
+        let d = self.d_model;
+        let token_embedding = normal([self.vocab_size, d], std);
+        let mut blocks = Vec::with_capacity(self.n_layers);
+        for _ in 0..self.n_layers {
+            blocks.push(Block {
+                attn_norm: ones(d, device),
+                wq: normal([d, d], std),
+                wk: normal([d, d], std),
+                wv: normal([d, d], std),
+                wo: normal([d, d], resid_std),
+                mlp_norm: ones(d, device),
+                w_in: normal([d, self.d_ff], std),
+                w_out: normal([self.d_ff, d], resid_std),
+                positional: PositionalAttention::new(self),
+                n_heads: self.n_heads,
+            });
+        }
+        let lm_head = normal([d, self.vocab_size], std);
+        Transformer {
+            token_embedding,
+            blocks,
+            final_norm: ones(d, device),
+            lm_head,
+        }
+    }
+}
+
+fn ones(d: usize, device: &Device) -> Param<Tensor<1>> {
+    Param::from_data(TensorData::new(vec![1.0f32; d], [d]), device)
+}
+
+/// The positional part of attention: turns per-head queries and keys into attention logits.
+///
+/// One variant per encoding file. A new encoding is a new file plus one line here.
+#[derive(Module, Debug)]
+pub enum PositionalAttention {
+    /// See [`Nope`].
+    Nope(Nope),
+    /// See [`Rope`].
+    Rope(Rope),
+}
+
+impl PositionalAttention {
+    /// The variant for `config.encoding`.
+    pub fn new(config: &ModelConfig) -> Self {
+        match config.encoding {
+            Encoding::Nope => PositionalAttention::Nope(Nope::new(config.head_dim())),
+            Encoding::Rope => PositionalAttention::Rope(Rope::new(
+                config.head_dim(),
+                config.rope_base,
+                config.pair_layout,
+            )),
+        }
+    }
+
+    /// Attention logits before mask and softmax.
+    ///
+    /// `q`, `k`: `[batch, heads, seq, head_dim]` (query and key positions `0..seq`).
+    /// Returns `[batch, heads, seq_q, seq_k]`, already scaled (by `1/√head_dim` for NoPE/RoPE).
+    pub fn scores(&self, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {
+        match self {
+            PositionalAttention::Nope(p) => p.scores(q, k),
+            PositionalAttention::Rope(p) => p.scores(q, k),
+        }
+    }
+}
+
+/// One pre-norm transformer block.
+#[derive(Module, Debug)]
+pub struct Block {
+    /// RMSNorm gain before attention, `[d_model]`.
+    pub attn_norm: Param<Tensor<1>>,
+    /// Query projection `[d_model, d_model]` (input-major: `x @ wq`).
+    pub wq: Param<Tensor<2>>,
+    /// Key projection `[d_model, d_model]`.
+    pub wk: Param<Tensor<2>>,
+    /// Value projection `[d_model, d_model]`.
+    pub wv: Param<Tensor<2>>,
+    /// Output projection `[d_model, d_model]`.
+    pub wo: Param<Tensor<2>>,
+    /// RMSNorm gain before the MLP, `[d_model]`.
+    pub mlp_norm: Param<Tensor<1>>,
+    /// MLP input `[d_model, d_ff]`.
+    pub w_in: Param<Tensor<2>>,
+    /// MLP output `[d_ff, d_model]`.
+    pub w_out: Param<Tensor<2>>,
+    /// The encoding's score function.
+    pub positional: PositionalAttention,
+    /// Number of heads.
+    pub n_heads: usize,
+}
+
+/// Per-layer queries and keys, as seen by the positional score function (before any rotation).
+pub struct LayerQk {
+    /// `[batch, heads, seq, head_dim]`
+    pub q: Tensor<4>,
+    /// `[batch, heads, seq, head_dim]`
+    pub k: Tensor<4>,
+}
+
+impl Block {
+    fn split_heads(&self, x: Tensor<3>) -> Tensor<4> {
+        let [b, l, d] = x.dims();
+        x.reshape([b, l, self.n_heads, d / self.n_heads])
+            .swap_dims(1, 2)
+    }
+
+    /// `x`: `[batch, seq, d_model]` → same shape. `mask`: `[seq, seq]`, true where a key is
+    /// hidden (key position > query position). Pushes this layer's q/k to `qk` when given.
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        mask: &Tensor<2, Bool>,
+        qk: Option<&mut Vec<LayerQk>>,
+    ) -> Tensor<3> {
+        let [b, l, d] = x.dims();
+        let h = rms_norm(x.clone(), &self.attn_norm);
+        let q = self.split_heads(h.clone().matmul(self.wq.val().unsqueeze()));
+        let k = self.split_heads(h.clone().matmul(self.wk.val().unsqueeze()));
+        let v = self.split_heads(h.matmul(self.wv.val().unsqueeze()));
+        if let Some(store) = qk {
+            store.push(LayerQk {
+                q: q.clone(),
+                k: k.clone(),
+            });
+        }
+        let scores = self.positional.scores(q, k);
+        let scores = scores.mask_fill(mask.clone().unsqueeze::<4>(), -1.0e9f32);
+        let attn = softmax(scores, 3);
+        let out = attn.matmul(v).swap_dims(1, 2).reshape([b, l, d]);
+        let x = x + out.matmul(self.wo.val().unsqueeze());
+        let h = rms_norm(x.clone(), &self.mlp_norm);
+        let h = gelu(h.matmul(self.w_in.val().unsqueeze()));
+        x + h.matmul(self.w_out.val().unsqueeze())
+    }
+}
+
+/// RMSNorm: `x / √(mean(x²) + 1e-6) · gain` over the last axis. `x`: `[batch, seq, d]`.
+pub fn rms_norm(x: Tensor<3>, gain: &Param<Tensor<1>>) -> Tensor<3> {
+    let rms = (x.clone().square().mean_dim(2) + 1e-6).sqrt();
+    x / rms * gain.val().unsqueeze::<3>()
+}
+
+/// The whole model.
+#[derive(Module, Debug)]
+pub struct Transformer {
+    /// `[vocab, d_model]`
+    pub token_embedding: Param<Tensor<2>>,
+    /// The blocks, bottom to top.
+    pub blocks: Vec<Block>,
+    /// Final RMSNorm gain `[d_model]`.
+    pub final_norm: Param<Tensor<1>>,
+    /// Output head `[d_model, vocab]`.
+    pub lm_head: Param<Tensor<2>>,
+}
+
+impl Transformer {
+    /// Logits `[batch, seq, vocab]` for token ids `[batch, seq]`.
+    pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        self.forward_inner(tokens, None)
+    }
+
+    /// Logits and every layer's queries/keys (for the frequency probe).
+    pub fn forward_with_qk(&self, tokens: Tensor<2, Int>) -> (Tensor<3>, Vec<LayerQk>) {
+        let mut qk = Vec::with_capacity(self.blocks.len());
+        let logits = self.forward_inner(tokens, Some(&mut qk));
+        (logits, qk)
+    }
+
+    fn forward_inner(
+        &self,
+        tokens: Tensor<2, Int>,
+        mut qk: Option<&mut Vec<LayerQk>>,
+    ) -> Tensor<3> {
+        let [_, l] = tokens.dims();
+        let device = tokens.device();
+        let mask = Tensor::<2, Bool>::triu_mask([l, l], 1, &device);
+        let mut x = embedding(self.token_embedding.val(), tokens);
+        for block in &self.blocks {
+            x = block.forward(x, &mask, qk.as_deref_mut());
+        }
+        let x = rms_norm(x, &self.final_norm);
+        x.matmul(self.lm_head.val().unsqueeze())
+    }
+}
+
+/// Mean cross-entropy over scored positions and the number of correct argmax predictions.
+///
+/// `logits`: `[batch, seq, vocab]`; `targets`: `[batch, seq]` token ids; `mask`: `[batch, seq]`
+/// with 1.0 where scored, 0.0 elsewhere. Returns `(loss [1] in nats, correct [1])` where
+/// `correct` counts scored positions whose argmax equals the target (not differentiable).
+pub fn masked_cross_entropy(
+    logits: Tensor<3>,
+    targets: Tensor<2, Int>,
+    mask: Tensor<2>,
+) -> (Tensor<1>, Tensor<1>) {
+    let [b, l, _] = logits.dims();
+    let log_probs = burn::tensor::activation::log_softmax(logits.clone(), 2);
+    let picked = log_probs
+        .gather(2, targets.clone().unsqueeze_dim::<3>(2))
+        .reshape([b, l]);
+    let n_scored = mask.clone().sum().clamp_min(1.0);
+    let loss = -(picked * mask.clone()).sum() / n_scored;
+    let pred = logits.detach().argmax(2).reshape([b, l]);
+    let correct = (pred.equal(targets).float() * mask).sum();
+    (loss, correct)
+}

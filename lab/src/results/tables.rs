@@ -1,0 +1,203 @@
+//! The lab's tables for one run: `runs` (one row), `curves`, `spectrum` (schemas in
+//! `results/README.md`), and the sweep-level `fit` table.
+
+use arrow_array::RecordBatch;
+
+use super::TableBuilder;
+use crate::analysis::LawFit;
+use crate::config::RunConfig;
+use crate::model::rope::inv_freq;
+use crate::probe;
+use crate::train::{RunStatus, TrainOutcome};
+
+/// Where a run belongs.
+#[derive(Clone, Debug)]
+pub struct RunMeta {
+    /// Sweep name.
+    pub sweep: String,
+    /// Preset name.
+    pub preset: String,
+    /// Backend name (`cpu`).
+    pub backend: String,
+}
+
+/// The config as columns: every field of [`RunConfig`] becomes a column of its JSON type
+/// (strings → utf8, integers → int64, floats → float64), plus `dep_width`.
+fn config_columns(mut t: TableBuilder, cfg: &RunConfig) -> TableBuilder {
+    let value = serde_json::to_value(cfg).expect("config serialises");
+    let obj = value.as_object().expect("config is an object");
+    for (k, v) in obj {
+        t = match v {
+            serde_json::Value::String(s) => t.str(k, vec![s.clone()]),
+            serde_json::Value::Number(n) if n.is_f64() => t.f64(k, vec![n.as_f64().unwrap()]),
+            serde_json::Value::Number(n) => t.i64(k, vec![n.as_i64().unwrap_or(i64::MAX)]),
+            serde_json::Value::Bool(b) => t.bool(k, vec![*b]),
+            other => t.str(k, vec![other.to_string()]),
+        };
+    }
+    t.i64("dep_width", vec![cfg.dep_width() as i64])
+}
+
+/// The one-row `runs` table of a finished (or failed) run.
+pub fn runs_row(cfg: &RunConfig, meta: &RunMeta, out: &TrainOutcome) -> RecordBatch {
+    let (status, fail_step, fail_reason) = match &out.status {
+        RunStatus::Done => ("done".to_string(), None, None),
+        RunStatus::Failed { step, reason } => (
+            "failed".to_string(),
+            Some(*step as i64),
+            Some(reason.clone()),
+        ),
+    };
+    let last_train = out.curves.iter().rev().find(|p| p.split == "train");
+    let init = out.initial.as_ref();
+    let last = out.last.as_ref();
+    let t = TableBuilder::new(1)
+        .str("run_id", vec![cfg.run_id()])
+        .str("sweep", vec![meta.sweep.clone()])
+        .str("preset", vec![meta.preset.clone()])
+        .str("status", vec![status])
+        .opt_i64("fail_step", vec![fail_step])
+        .opt_str("fail_reason", vec![fail_reason]);
+    config_columns(t, cfg)
+        .opt_f64("final_train_loss", vec![last_train.map(|p| p.loss)])
+        .opt_f64("final_eval_loss", vec![last.map(|e| e.loss)])
+        .opt_f64("final_eval_accuracy", vec![last.map(|e| e.accuracy)])
+        .opt_f64("init_eval_loss", vec![init.map(|e| e.loss)])
+        .opt_f64(
+            "effective_freq",
+            vec![last.map(|e| e.summary.effective_freq)],
+        )
+        .opt_f64(
+            "effective_freq_init",
+            vec![init.map(|e| e.summary.effective_freq)],
+        )
+        .opt_f64(
+            "effective_freq_batch_sd",
+            vec![last.map(|e| e.effective_freq_batch_sd)],
+        )
+        .opt_f64("spectrum_entropy", vec![last.map(|e| e.summary.entropy)])
+        .opt_f64(
+            "spectrum_entropy_init",
+            vec![init.map(|e| e.summary.entropy)],
+        )
+        .opt_f64("argmax_freq", vec![last.map(|e| e.summary.argmax_freq)])
+        .f64(
+            "reference_freq",
+            vec![std::f64::consts::PI / cfg.dep_width() as f64],
+        )
+        .f64("wall_time_s", vec![out.wall_time_s])
+        .f64("ms_per_step", vec![out.ms_per_step])
+        .f64("tokens_per_s", vec![out.tokens_per_s])
+        .f64("probe_ms", vec![out.probe_ms])
+        .str("backend", vec![meta.backend.clone()])
+        .str("lab_version", vec![env!("CARGO_PKG_VERSION").to_string()])
+        .str("config_json", vec![cfg.canonical_json()])
+        .build()
+}
+
+/// The `curves` table of a run.
+pub fn curves_table(cfg: &RunConfig, out: &TrainOutcome) -> RecordBatch {
+    let c = &out.curves;
+    TableBuilder::new(c.len())
+        .str("run_id", vec![cfg.run_id(); c.len()])
+        .i64("step", c.iter().map(|p| p.step as i64).collect())
+        .str("split", c.iter().map(|p| p.split.to_string()).collect())
+        .f64("loss", c.iter().map(|p| p.loss).collect())
+        .f64("accuracy", c.iter().map(|p| p.accuracy).collect())
+        .f64("lr", c.iter().map(|p| p.lr).collect())
+        .opt_f64("grad_norm", c.iter().map(|p| p.grad_norm).collect())
+        .opt_f64(
+            "effective_freq",
+            c.iter().map(|p| p.effective_freq).collect(),
+        )
+        .opt_f64(
+            "effective_freq_batch_sd",
+            c.iter().map(|p| p.effective_freq_batch_sd).collect(),
+        )
+        .opt_f64(
+            "spectrum_entropy",
+            c.iter().map(|p| p.spectrum_entropy).collect(),
+        )
+        .opt_f64("argmax_freq", c.iter().map(|p| p.argmax_freq).collect())
+        .build()
+}
+
+/// The `spectrum` table of a run: one row per evaluation step, layer, head and rotary pair.
+pub fn spectrum_table(cfg: &RunConfig, out: &TrainOutcome) -> RecordBatch {
+    let theta = inv_freq(cfg.head_dim(), cfg.rope_base);
+    let (mut step, mut layer, mut head, mut idx, mut th, mut energy, mut frac) =
+        (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
+    for s in &out.spectra {
+        let p = probe::normalise(&s.energy);
+        for (i, (&e, &pi)) in s.energy.iter().zip(&p).enumerate() {
+            step.push(s.step as i64);
+            layer.push(s.layer as i64);
+            head.push(s.head as i64);
+            idx.push(i as i64);
+            th.push(theta[i]);
+            energy.push(e);
+            frac.push(pi);
+        }
+    }
+    let n = step.len();
+    TableBuilder::new(n)
+        .str("run_id", vec![cfg.run_id(); n])
+        .str("encoding", vec![cfg.encoding.name().to_string(); n])
+        .i64("step", step)
+        .i64("layer", layer)
+        .i64("head", head)
+        .i64("freq_index", idx)
+        .f64("theta", th)
+        .f64("energy", energy)
+        .f64("energy_frac", frac)
+        .build()
+}
+
+/// One row of the `fit` table.
+#[derive(Clone, Debug)]
+pub struct FitRow {
+    /// Sweep name.
+    pub sweep: String,
+    /// Preset name.
+    pub preset: String,
+    /// Group label, `encoding/variant`.
+    pub group: String,
+    /// Encoding.
+    pub encoding: String,
+    /// Task variant.
+    pub variant: String,
+    /// Which width the fit uses (`block_len`).
+    pub width_source: String,
+    /// The fit.
+    pub fit: LawFit,
+}
+
+/// The `fit` table.
+pub fn fit_table(rows: &[FitRow]) -> RecordBatch {
+    let n = rows.len();
+    let s = |f: &dyn Fn(&FitRow) -> String| rows.iter().map(f).collect::<Vec<_>>();
+    let x = |f: &dyn Fn(&FitRow) -> f64| rows.iter().map(f).collect::<Vec<_>>();
+    TableBuilder::new(n)
+        .str("sweep", s(&|r| r.sweep.clone()))
+        .str("preset", s(&|r| r.preset.clone()))
+        .str("group", s(&|r| r.group.clone()))
+        .str("encoding", s(&|r| r.encoding.clone()))
+        .str("variant", s(&|r| r.variant.clone()))
+        .str("width_source", s(&|r| r.width_source.clone()))
+        .f64("beta", x(&|r| r.fit.fit.beta))
+        .f64("c", x(&|r| r.fit.fit.c))
+        .f64("r2", x(&|r| r.fit.fit.r2))
+        .f64("beta_ci_low", x(&|r| r.fit.beta_ci.0))
+        .f64("beta_ci_high", x(&|r| r.fit.beta_ci.1))
+        .f64("c_ci_low", x(&|r| r.fit.c_ci.0))
+        .f64("c_ci_high", x(&|r| r.fit.c_ci.1))
+        .i64("n", rows.iter().map(|r| r.fit.n as i64).collect())
+        .i64(
+            "n_seeds",
+            rows.iter().map(|r| r.fit.n_seeds as i64).collect(),
+        )
+        .i64("n_boot", rows.iter().map(|r| r.fit.n_boot as i64).collect())
+        .str("resample", s(&|r| r.fit.resample.to_string()))
+        .f64("reference_c", vec![std::f64::consts::PI; n])
+        .build()
+}

@@ -1,0 +1,547 @@
+//! Running a sweep: plan, skip finished runs, run the rest as child processes (`lab run-one`),
+//! merge the per-run tables, fit the law, summarise.
+//!
+//! Layout of a sweep's output folder (`results/<sweep>/` by default):
+//! ```text
+//! runs.parquet  curves.parquet  spectrum.parquet  fit.parquet     merged tables
+//! runs/<run_id>/{config.json, log.txt, curves.parquet, spectrum.parquet, runs.parquet}
+//! ```
+//! A run is finished when `runs/<run_id>/runs.parquet` exists: it is written last, atomically,
+//! so a killed run leaves no such file and is redone on the next start. Each run is its own
+//! process: burn's process-global state (RNG, thread pool) cannot leak from one run into
+//! another, a crash fails one run and not the sweep, and `--jobs N` runs N at once.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::spec::{PlannedRun, SpecError, SweepSpec};
+use crate::analysis::{FitPoint, fit_law};
+use crate::config::RunConfig;
+use crate::results::tables::{FitRow, RunMeta, curves_table, fit_table, runs_row, spectrum_table};
+use crate::results::{self, ResultsError, column};
+use crate::train::{self, RunStatus, TrainOutcome};
+
+/// Where a sweep runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// burn-flex on the CPU (SIMD, rayon).
+    Cpu,
+}
+
+impl Backend {
+    /// Name for tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cpu => "cpu",
+        }
+    }
+
+    /// The burn device.
+    pub fn device(self) -> burn::tensor::Device {
+        match self {
+            Backend::Cpu => burn::tensor::Device::flex(),
+        }
+    }
+}
+
+/// Errors of the sweep runner.
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// The sweep file or its expansion.
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    /// Reading or writing tables.
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    /// Other I/O, with context.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> SweepError {
+    let context = context.into();
+    move |source| SweepError::Io { context, source }
+}
+
+/// Options of [`run_sweep`].
+#[derive(Clone, Debug)]
+pub struct SweepOptions {
+    /// Preset to expand.
+    pub preset: String,
+    /// Output folder.
+    pub out_dir: PathBuf,
+    /// Runs at once (child processes).
+    pub jobs: usize,
+    /// Backend.
+    pub backend: Backend,
+    /// The `lab` executable used for child runs.
+    pub exe: PathBuf,
+    /// Show a progress bar (else plain lines).
+    pub progress: bool,
+}
+
+/// What a sweep did.
+#[derive(Clone, Debug)]
+pub struct SweepReport {
+    /// Runs in the grid.
+    pub planned: usize,
+    /// Runs already finished before this start.
+    pub skipped: usize,
+    /// Runs done now.
+    pub ran: usize,
+    /// Runs of the grid whose status is `failed`.
+    pub failed: usize,
+    /// Wall time of this invocation, seconds.
+    pub wall_time_s: f64,
+    /// Law fits for this preset.
+    pub fits: Vec<FitRow>,
+    /// Printable summary (table + fits).
+    pub summary: String,
+}
+
+/// Folder of one run's tables.
+pub fn run_dir(out_dir: &Path, run_id: &str) -> PathBuf {
+    out_dir.join("runs").join(run_id)
+}
+
+/// Whether a run's tables are complete.
+pub fn is_finished(out_dir: &Path, run_id: &str) -> bool {
+    run_dir(out_dir, run_id).join("runs.parquet").is_file()
+}
+
+/// Train one run in this process and write its tables into `dir` (`runs.parquet` last).
+pub fn run_one(
+    cfg: &RunConfig,
+    meta: &RunMeta,
+    dir: &Path,
+    backend: Backend,
+    progress: &mut dyn FnMut(usize, usize, f64),
+) -> Result<TrainOutcome, SweepError> {
+    std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;
+    results::clean_temporaries(dir);
+    let out = train::train(cfg, &backend.device(), progress);
+    results::write_batch(&dir.join("curves.parquet"), &curves_table(cfg, &out))?;
+    results::write_batch(&dir.join("spectrum.parquet"), &spectrum_table(cfg, &out))?;
+    results::write_batch(&dir.join("runs.parquet"), &runs_row(cfg, meta, &out))?;
+    Ok(out)
+}
+
+/// Record a run whose process died without writing its tables (panic, kill, OOM).
+fn record_crash(
+    cfg: &RunConfig,
+    meta: &RunMeta,
+    dir: &Path,
+    reason: String,
+) -> Result<(), SweepError> {
+    let out = TrainOutcome {
+        status: RunStatus::Failed { step: 0, reason },
+        curves: vec![],
+        spectra: vec![],
+        initial: None,
+        last: None,
+        wall_time_s: 0.0,
+        ms_per_step: 0.0,
+        tokens_per_s: 0.0,
+        probe_ms: 0.0,
+    };
+    results::write_batch(&dir.join("curves.parquet"), &curves_table(cfg, &out))?;
+    results::write_batch(&dir.join("spectrum.parquet"), &spectrum_table(cfg, &out))?;
+    results::write_batch(&dir.join("runs.parquet"), &runs_row(cfg, meta, &out))?;
+    Ok(())
+}
+
+struct Running {
+    child: Child,
+    run: PlannedRun,
+    id: String,
+    started: Instant,
+}
+
+fn short_label(run: &PlannedRun) -> String {
+    run.axes
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Run a sweep (see module docs). Finished runs are skipped; the merged tables, the fit and the
+/// summary cover every finished run of the preset's grid.
+pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, SweepError> {
+    let start = Instant::now();
+    let plan = spec.expand(&opts.preset)?;
+    let out_dir = &opts.out_dir;
+    std::fs::create_dir_all(out_dir.join("runs")).map_err(io(format!(
+        "cannot create the output folder {}",
+        out_dir.display()
+    )))?;
+    results::clean_temporaries(out_dir);
+    let meta = RunMeta {
+        sweep: spec.name.clone(),
+        preset: opts.preset.clone(),
+        backend: opts.backend.name().to_string(),
+    };
+    let todo: Vec<PlannedRun> = plan
+        .iter()
+        .filter(|r| !is_finished(out_dir, &r.config.run_id()))
+        .cloned()
+        .collect();
+    let skipped = plan.len() - todo.len();
+    let jobs = opts.jobs.max(1);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let threads = (cores / jobs).max(1);
+
+    let bar = if opts.progress {
+        let b = ProgressBar::new(todo.len() as u64);
+        b.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} runs (ETA {eta_precise}) {msg}",
+            )
+            .expect("valid template"),
+        );
+        b.enable_steady_tick(Duration::from_millis(500));
+        b
+    } else {
+        ProgressBar::hidden()
+    };
+    let say = |line: String| {
+        if opts.progress {
+            bar.println(line);
+        } else {
+            eprintln!("{line}");
+        }
+    };
+    say(format!(
+        "sweep {} (preset {}): {} runs, {} already finished, {} to run with {} job(s) × {} thread(s) → {}",
+        spec.name,
+        opts.preset,
+        plan.len(),
+        skipped,
+        todo.len(),
+        jobs,
+        threads,
+        out_dir.display()
+    ));
+
+    let mut queue = todo.into_iter();
+    let mut running: Vec<Running> = Vec::new();
+    let mut ran = 0;
+    loop {
+        while running.len() < jobs {
+            let Some(run) = queue.next() else { break };
+            let id = run.config.run_id();
+            let dir = run_dir(out_dir, &id);
+            std::fs::create_dir_all(&dir)
+                .map_err(io(format!("cannot create {}", dir.display())))?;
+            results::clean_temporaries(&dir);
+            let config_path = dir.join("config.json");
+            std::fs::write(
+                &config_path,
+                serde_json::to_string_pretty(&run.config).unwrap(),
+            )
+            .map_err(io(format!("cannot write {}", config_path.display())))?;
+            let log = std::fs::File::create(dir.join("log.txt")).map_err(io(format!(
+                "cannot write {}",
+                dir.join("log.txt").display()
+            )))?;
+            let child = Command::new(&opts.exe)
+                .arg("run-one")
+                .arg("--config")
+                .arg(&config_path)
+                .arg("--out")
+                .arg(&dir)
+                .arg("--sweep")
+                .arg(&spec.name)
+                .arg("--preset")
+                .arg(&opts.preset)
+                .arg("--backend")
+                .arg(opts.backend.name())
+                .env("RAYON_NUM_THREADS", threads.to_string())
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().map_err(io("cannot open the run log"))?)
+                .stderr(log)
+                .spawn()
+                .map_err(io(format!("cannot start {}", opts.exe.display())))?;
+            bar.set_message(short_label(&run));
+            running.push(Running {
+                child,
+                run,
+                id,
+                started: Instant::now(),
+            });
+        }
+        if running.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let mut i = 0;
+        while i < running.len() {
+            let status = running[i]
+                .child
+                .try_wait()
+                .map_err(io("cannot wait for a run process"))?;
+            let Some(status) = status else {
+                i += 1;
+                continue;
+            };
+            let r = running.swap_remove(i);
+            let dir = run_dir(out_dir, &r.id);
+            if !dir.join("runs.parquet").is_file() {
+                record_crash(
+                    &r.run.config,
+                    &meta,
+                    &dir,
+                    format!(
+                        "run process exited ({status}) without results; see {}",
+                        dir.join("log.txt").display()
+                    ),
+                )?;
+            }
+            ran += 1;
+            bar.inc(1);
+            say(finished_line(&dir, &r, r.started.elapsed().as_secs_f64()));
+        }
+    }
+    bar.finish_and_clear();
+
+    let ids: Vec<String> = plan.iter().map(|r| r.config.run_id()).collect();
+    let (fits, summary, failed) = collect(spec, &opts.preset, out_dir, &ids)?;
+    Ok(SweepReport {
+        planned: plan.len(),
+        skipped,
+        ran,
+        failed,
+        wall_time_s: start.elapsed().as_secs_f64(),
+        fits,
+        summary,
+    })
+}
+
+fn finished_line(dir: &Path, r: &Running, secs: f64) -> String {
+    let label = short_label(&r.run);
+    let Ok((_, batches)) = results::read_parquet(&dir.join("runs.parquet")) else {
+        return format!("  ? {label}: unreadable results");
+    };
+    let b = &batches[0];
+    let status = column::strings(b, "status")[0].clone().unwrap_or_default();
+    if status != "done" {
+        let reason = column::strings(b, "fail_reason")[0]
+            .clone()
+            .unwrap_or_default();
+        return format!("  ✗ {label}: failed: {reason}");
+    }
+    let acc = column::floats(b, "final_eval_accuracy")[0].unwrap_or(f64::NAN);
+    let loss = column::floats(b, "final_eval_loss")[0].unwrap_or(f64::NAN);
+    let theta = column::floats(b, "effective_freq")[0].unwrap_or(f64::NAN);
+    let ms = column::floats(b, "ms_per_step")[0].unwrap_or(f64::NAN);
+    format!(
+        "  ✓ {label}: eval loss {loss:.3}, acc {acc:.3}, θ_eff {theta:.4} rad/token ({secs:.0} s, {ms:.0} ms/step)"
+    )
+}
+
+/// Per-run values read back from the merged `runs` table.
+#[derive(Clone, Debug)]
+struct RunRecord {
+    id: String,
+    status: String,
+    encoding: String,
+    variant: String,
+    block_len: i64,
+    seed: i64,
+    acc: Option<f64>,
+    theta: Option<f64>,
+    entropy_init: Option<f64>,
+    entropy: Option<f64>,
+}
+
+/// Merge every finished run's tables, fit the law over this preset's runs (`ids`), write
+/// `fit.parquet`, and build the summary text. Returns `(fits, summary, failed count)`.
+pub fn collect(
+    spec: &SweepSpec,
+    preset: &str,
+    out_dir: &Path,
+    ids: &[String],
+) -> Result<(Vec<FitRow>, String, usize), SweepError> {
+    let mut parts: BTreeMap<&str, Vec<PathBuf>> = BTreeMap::new();
+    let mut run_dirs: Vec<PathBuf> = std::fs::read_dir(out_dir.join("runs"))
+        .map_err(io(format!(
+            "cannot list {}",
+            out_dir.join("runs").display()
+        )))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("runs.parquet").is_file())
+        .collect();
+    run_dirs.sort();
+    for table in ["runs", "curves", "spectrum"] {
+        parts.insert(
+            table,
+            run_dirs
+                .iter()
+                .map(|d| d.join(format!("{table}.parquet")))
+                .collect(),
+        );
+    }
+    for (table, files) in &parts {
+        results::merge_tables(files, &out_dir.join(format!("{table}.parquet")))?;
+    }
+
+    let mut records = Vec::new();
+    if out_dir.join("runs.parquet").is_file() {
+        let (_, batches) = results::read_parquet(&out_dir.join("runs.parquet"))?;
+        for b in &batches {
+            let n = b.num_rows();
+            let s = |c: &str| column::strings(b, c);
+            let (id, status, enc, var) = (s("run_id"), s("status"), s("encoding"), s("variant"));
+            let (bl, seed) = (column::ints(b, "block_len"), column::ints(b, "seed"));
+            let (acc, th) = (
+                column::floats(b, "final_eval_accuracy"),
+                column::floats(b, "effective_freq"),
+            );
+            let (e0, e1) = (
+                column::floats(b, "spectrum_entropy_init"),
+                column::floats(b, "spectrum_entropy"),
+            );
+            for i in 0..n {
+                records.push(RunRecord {
+                    id: id[i].clone().unwrap_or_default(),
+                    status: status[i].clone().unwrap_or_default(),
+                    encoding: enc[i].clone().unwrap_or_default(),
+                    variant: var[i].clone().unwrap_or_default(),
+                    block_len: bl[i].unwrap_or(0),
+                    seed: seed[i].unwrap_or(0),
+                    acc: acc[i],
+                    theta: th[i],
+                    entropy_init: e0[i],
+                    entropy: e1[i],
+                });
+            }
+        }
+    }
+    let wanted: std::collections::HashSet<&str> = ids.iter().map(|s| s.as_str()).collect();
+    records.retain(|r| wanted.contains(r.id.as_str()));
+    let failed = records.iter().filter(|r| r.status != "done").count();
+    let done: Vec<&RunRecord> = records.iter().filter(|r| r.status == "done").collect();
+
+    // Fits per (rotary encoding, variant).
+    let mut groups: BTreeMap<(String, String), Vec<FitPoint>> = BTreeMap::new();
+    for r in &done {
+        if r.encoding == "nope" {
+            continue;
+        }
+        if let Some(theta) = r.theta {
+            groups
+                .entry((r.encoding.clone(), r.variant.clone()))
+                .or_default()
+                .push(FitPoint {
+                    width: r.block_len as f64,
+                    theta,
+                    seed: r.seed as u64,
+                });
+        }
+    }
+    let mut fits = Vec::new();
+    for ((enc, var), pts) in &groups {
+        if let Some(fit) = fit_law(pts, 2000, 0) {
+            fits.push(FitRow {
+                sweep: spec.name.clone(),
+                preset: preset.to_string(),
+                group: format!("{enc}/{var}"),
+                encoding: enc.clone(),
+                variant: var.clone(),
+                width_source: "block_len".into(),
+                fit,
+            });
+        }
+    }
+    results::write_batch(&out_dir.join("fit.parquet"), &fit_table(&fits))?;
+    Ok((fits.clone(), summary_text(&done, &fits, failed), failed))
+}
+
+fn mean_sd(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let m = xs.iter().sum::<f64>() / n;
+    let sd = if xs.len() > 1 {
+        (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    (m, sd)
+}
+
+fn summary_text(done: &[&RunRecord], fits: &[FitRow], failed: usize) -> String {
+    let mut cells: BTreeMap<(String, String, i64), Vec<&RunRecord>> = BTreeMap::new();
+    for r in done {
+        cells
+            .entry((r.variant.clone(), r.encoding.clone(), r.block_len))
+            .or_default()
+            .push(r);
+    }
+    let mut s = String::new();
+    s.push_str(&format!(
+        "{:<8} {:<6} {:>5} {:>5} {:>8} {:>18} {:>8} {:>16}\n",
+        "variant", "enc", "B", "runs", "acc", "θ_eff (± sd)", "π/B", "entropy init→end"
+    ));
+    for ((var, enc, b), rs) in &cells {
+        let accs: Vec<f64> = rs.iter().filter_map(|r| r.acc).collect();
+        let th: Vec<f64> = rs.iter().filter_map(|r| r.theta).collect();
+        let e0: Vec<f64> = rs.iter().filter_map(|r| r.entropy_init).collect();
+        let e1: Vec<f64> = rs.iter().filter_map(|r| r.entropy).collect();
+        let (am, _) = mean_sd(&accs);
+        let (tm, tsd) = mean_sd(&th);
+        let (e0m, _) = mean_sd(&e0);
+        let (e1m, _) = mean_sd(&e1);
+        s.push_str(&format!(
+            "{:<8} {:<6} {:>5} {:>5} {:>8.3} {:>9.4} ± {:<6.4} {:>8.4} {:>7.2} → {:<6.2}\n",
+            var,
+            enc,
+            b,
+            rs.len(),
+            am,
+            tm,
+            tsd,
+            std::f64::consts::PI / *b as f64,
+            e0m,
+            e1m
+        ));
+    }
+    if failed > 0 {
+        s.push_str(&format!(
+            "{failed} run(s) failed: see runs.parquet (status, fail_reason)\n"
+        ));
+    }
+    s.push_str(
+        "\nLaw fit  ln θ_eff = ln c − β ln W  (W = B; reference θ* = π/W: β = 1, c = π ≈ 3.14)\n",
+    );
+    if fits.is_empty() {
+        s.push_str("  no fit: need finished rotary runs at ≥ 2 block lengths\n");
+    }
+    for f in fits {
+        s.push_str(&format!(
+            "  {:<12} β = {:.3} [{:.3}, {:.3}]  c = {:.3} [{:.3}, {:.3}]  R² = {:.3}  (n = {}, {} seeds, 95 % bootstrap over {})\n",
+            f.group,
+            f.fit.fit.beta,
+            f.fit.beta_ci.0,
+            f.fit.beta_ci.1,
+            f.fit.fit.c,
+            f.fit.c_ci.0,
+            f.fit.c_ci.1,
+            f.fit.fit.r2,
+            f.fit.n,
+            f.fit.n_seeds,
+            f.fit.resample
+        ));
+    }
+    s
+}

@@ -1,0 +1,560 @@
+//! Sweep files (`sweeps/<name>.toml`): a base config, a grid, arms and presets.
+//!
+//! ```toml
+//! description = "what the sweep measures"
+//! default_preset = "quick"
+//!
+//! [base]              # every RunConfig field (see `lab::config::RunConfig`)
+//! task = "block"
+//! block_len = 8
+//! # ...
+//!
+//! [grid]              # common axes: field = [values]; the runs are their cartesian product
+//! block_len = [4, 8, 16]
+//!
+//! [[arms]]            # optional: each arm adds its own axes; runs = grid × (arm₁ ∪ arm₂ ∪ …)
+//! encoding = ["rope"]
+//! seed = [0, 1, 2]
+//!
+//! [presets.smoke]     # a preset overrides base fields, replaces named grid axes, and may
+//! base = { steps = 20 }   # replace the arms
+//! grid = { block_len = [4, 16] }
+//! arms = [{ encoding = ["rope"], seed = [0] }]
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::config::{FIELDS, RunConfig};
+
+/// Errors in a sweep file or its expansion. One line each.
+#[derive(Debug, thiserror::Error)]
+pub enum SpecError {
+    /// The sweep name is unknown.
+    #[error("unknown sweep `{name}`; available sweeps: {available}")]
+    UnknownSweep {
+        /// What was asked.
+        name: String,
+        /// Comma-separated list.
+        available: String,
+    },
+    /// The file cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// TOML syntax or structure error.
+    #[error("{path}:{line}:{column}: {message}")]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// A key that is not a config field.
+    #[error("{path}: unknown key `{key}` in {section}{hint}")]
+    UnknownKey {
+        /// The file.
+        path: PathBuf,
+        /// Where (`[base]`, `[grid]`, …).
+        section: String,
+        /// The key.
+        key: String,
+        /// `; did you mean `x`?` or empty.
+        hint: String,
+    },
+    /// The preset does not exist.
+    #[error("{path}: unknown preset `{preset}`; available presets: {available}")]
+    UnknownPreset {
+        /// The file.
+        path: PathBuf,
+        /// What was asked.
+        preset: String,
+        /// Comma-separated list.
+        available: String,
+    },
+    /// A run's config is invalid.
+    #[error("{path}: {context}: {message}")]
+    InvalidRun {
+        /// The file.
+        path: PathBuf,
+        /// Which run (`preset quick, block_len = 2, …`).
+        context: String,
+        /// The field error.
+        message: String,
+    },
+    /// The grid expands to no run.
+    #[error("{path}: preset `{preset}` has an empty grid (an axis with no values)")]
+    EmptyGrid {
+        /// The file.
+        path: PathBuf,
+        /// The preset.
+        preset: String,
+    },
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SweepFile {
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    default_preset: Option<String>,
+    base: toml::Table,
+    #[serde(default)]
+    grid: BTreeMap<String, Vec<toml::Value>>,
+    #[serde(default)]
+    arms: Vec<BTreeMap<String, Vec<toml::Value>>>,
+    #[serde(default)]
+    presets: BTreeMap<String, Preset>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Preset {
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    base: toml::Table,
+    #[serde(default)]
+    grid: BTreeMap<String, Vec<toml::Value>>,
+    #[serde(default)]
+    arms: Option<Vec<BTreeMap<String, Vec<toml::Value>>>>,
+}
+
+/// A parsed sweep file.
+#[derive(Debug)]
+pub struct SweepSpec {
+    /// Sweep name (file stem).
+    pub name: String,
+    /// File it came from.
+    pub path: PathBuf,
+    /// One-line description.
+    pub description: String,
+    /// Preset used when none is given.
+    pub default_preset: String,
+    file: SweepFile,
+}
+
+/// One expanded run: its config and the grid values that made it.
+#[derive(Clone, Debug)]
+pub struct PlannedRun {
+    /// Fully resolved config.
+    pub config: RunConfig,
+    /// `(axis, value)` pairs from the grid and arm, in axis order.
+    pub axes: Vec<(String, String)>,
+}
+
+/// Levenshtein distance (for "did you mean").
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// `; did you mean `x`?` for the closest of `candidates` (within distance 3), else empty.
+pub fn did_you_mean<'a>(key: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(key, c), c))
+        .filter(|(d, _)| *d <= 3)
+        .min()
+        .map(|(_, c)| format!("; did you mean `{c}`?"))
+        .unwrap_or_default()
+}
+
+fn syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> SpecError {
+    let (line, column) = e
+        .span()
+        .map(|s| {
+            let before = &text[..s.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map(|i| i + 1).unwrap_or(0) + 1;
+            (line, column)
+        })
+        .unwrap_or((1, 1));
+    SpecError::Syntax {
+        path: path.to_path_buf(),
+        line,
+        column,
+        message: e.message().replace('\n', " "),
+    }
+}
+
+impl SweepSpec {
+    /// Parse a sweep file.
+    pub fn load(path: &Path) -> Result<Self, SpecError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parse sweep text (`path` is used for names and messages).
+    pub fn parse(path: &Path, text: &str) -> Result<Self, SpecError> {
+        let file: SweepFile = toml::from_str(text).map_err(|e| syntax_error(path, text, &e))?;
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let check = |section: &str, keys: Vec<&String>| -> Result<(), SpecError> {
+            for k in keys {
+                if !FIELDS.contains(&k.as_str()) {
+                    return Err(SpecError::UnknownKey {
+                        path: path.to_path_buf(),
+                        section: section.to_string(),
+                        key: k.clone(),
+                        hint: did_you_mean(k, FIELDS.iter().copied()),
+                    });
+                }
+            }
+            Ok(())
+        };
+        check("[base]", file.base.keys().collect())?;
+        check("[grid]", file.grid.keys().collect())?;
+        for arm in &file.arms {
+            check("[[arms]]", arm.keys().collect())?;
+        }
+        for (pname, p) in &file.presets {
+            let sec = format!("[presets.{pname}]");
+            check(&sec, p.base.keys().collect())?;
+            check(&sec, p.grid.keys().collect())?;
+            for arm in p.arms.iter().flatten() {
+                check(&sec, arm.keys().collect())?;
+            }
+        }
+        let default_preset = file
+            .default_preset
+            .clone()
+            .or_else(|| {
+                file.presets
+                    .contains_key("quick")
+                    .then(|| "quick".to_string())
+            })
+            .or_else(|| file.presets.keys().next().cloned())
+            .unwrap_or_else(|| "default".to_string());
+        Ok(Self {
+            name,
+            path: path.to_path_buf(),
+            description: file.description.clone(),
+            default_preset,
+            file,
+        })
+    }
+
+    /// Preset names with their descriptions.
+    pub fn presets(&self) -> Vec<(String, String)> {
+        self.file
+            .presets
+            .iter()
+            .map(|(k, p)| (k.clone(), p.description.clone()))
+            .collect()
+    }
+
+    /// Expand `preset` into runs, each validated.
+    pub fn expand(&self, preset: &str) -> Result<Vec<PlannedRun>, SpecError> {
+        let p = match self.file.presets.get(preset) {
+            Some(p) => Some(p),
+            None if self.file.presets.is_empty() && preset == "default" => None,
+            None => {
+                return Err(SpecError::UnknownPreset {
+                    path: self.path.clone(),
+                    preset: preset.to_string(),
+                    available: self
+                        .file
+                        .presets
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                });
+            }
+        };
+        let mut base = self.file.base.clone();
+        let mut grid = self.file.grid.clone();
+        let mut arms = self.file.arms.clone();
+        if let Some(p) = p {
+            for (k, v) in &p.base {
+                base.insert(k.clone(), v.clone());
+            }
+            for (k, v) in &p.grid {
+                grid.insert(k.clone(), v.clone());
+            }
+            if let Some(a) = &p.arms {
+                arms = a.clone();
+            }
+        }
+        if arms.is_empty() {
+            arms.push(BTreeMap::new());
+        }
+        let mut runs = Vec::new();
+        for arm in &arms {
+            let mut axes: Vec<(String, Vec<toml::Value>)> =
+                grid.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+            for (k, v) in arm {
+                axes.retain(|(a, _)| a != k);
+                axes.push((k.clone(), v.clone()));
+            }
+            if axes.iter().any(|(_, v)| v.is_empty()) {
+                return Err(SpecError::EmptyGrid {
+                    path: self.path.clone(),
+                    preset: preset.to_string(),
+                });
+            }
+            for combo in cartesian(&axes) {
+                let mut table = base.clone();
+                let mut labels = Vec::new();
+                for (k, v) in &combo {
+                    table.insert(k.clone(), v.clone());
+                    labels.push((k.clone(), value_label(v)));
+                }
+                let context = format!(
+                    "preset {preset}, {}",
+                    if labels.is_empty() {
+                        "base config".to_string()
+                    } else {
+                        labels
+                            .iter()
+                            .map(|(k, v)| format!("{k} = {v}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                );
+                let invalid = |message: String| SpecError::InvalidRun {
+                    path: self.path.clone(),
+                    context: context.clone(),
+                    message,
+                };
+                let config: RunConfig = toml::Value::Table(table)
+                    .try_into()
+                    .map_err(|e: toml::de::Error| invalid(e.message().replace('\n', " ")))?;
+                config.validate().map_err(|e| invalid(e.to_string()))?;
+                runs.push(PlannedRun {
+                    config,
+                    axes: labels,
+                });
+            }
+        }
+        if runs.is_empty() {
+            return Err(SpecError::EmptyGrid {
+                path: self.path.clone(),
+                preset: preset.to_string(),
+            });
+        }
+        // The same config reached through two arms is one run.
+        let mut seen = std::collections::HashSet::new();
+        runs.retain(|r| seen.insert(r.config.run_id()));
+        Ok(runs)
+    }
+}
+
+fn value_label(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn cartesian(axes: &[(String, Vec<toml::Value>)]) -> Vec<Vec<(String, toml::Value)>> {
+    let mut out: Vec<Vec<(String, toml::Value)>> = vec![vec![]];
+    for (k, values) in axes {
+        let mut next = Vec::with_capacity(out.len() * values.len());
+        for prefix in &out {
+            for v in values {
+                let mut c = prefix.clone();
+                c.push((k.clone(), v.clone()));
+                next.push(c);
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+/// Directory holding the sweep files: `$LAB_SWEEPS_DIR`, else `./sweeps` if it exists, else the
+/// `sweeps/` folder of the source tree the binary was built from.
+pub fn sweeps_dir() -> PathBuf {
+    if let Ok(d) = std::env::var("LAB_SWEEPS_DIR") {
+        return PathBuf::from(d);
+    }
+    let local = PathBuf::from("sweeps");
+    if local.is_dir() {
+        return local;
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("sweeps")
+}
+
+/// Names of the available sweeps (sorted).
+pub fn list_sweeps(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| {
+                    let p = e.path();
+                    (p.extension().is_some_and(|x| x == "toml"))
+                        .then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Resolve a sweep name (or a path to a `.toml` file) to its spec.
+pub fn find_sweep(name: &str, dir: &Path) -> Result<SweepSpec, SpecError> {
+    let as_path = Path::new(name);
+    if name.ends_with(".toml") && as_path.is_file() {
+        return SweepSpec::load(as_path);
+    }
+    let path = dir.join(format!("{name}.toml"));
+    if !path.is_file() {
+        let available = list_sweeps(dir);
+        return Err(SpecError::UnknownSweep {
+            name: name.to_string(),
+            available: if available.is_empty() {
+                format!("none (no .toml file in {})", dir.display())
+            } else {
+                available.join(", ")
+            },
+        });
+    }
+    SweepSpec::load(&path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+description = "test"
+[base]
+task = "block"
+variant = "copy"
+vocab_size = 16
+seq_len = 32
+block_len = 4
+noise = 0.0
+encoding = "rope"
+rope_base = 10000.0
+pair_layout = "adjacent"
+d_model = 16
+n_layers = 1
+n_heads = 2
+d_ff = 32
+steps = 4
+batch_size = 2
+lr = 0.001
+warmup_steps = 1
+min_lr_ratio = 0.1
+weight_decay = 0.1
+beta1 = 0.9
+beta2 = 0.95
+adam_eps = 1e-8
+grad_clip = 1.0
+eval_every = 2
+eval_batches = 1
+seed = 0
+"#;
+
+    fn parse(extra: &str) -> Result<SweepSpec, SpecError> {
+        SweepSpec::parse(Path::new("sweeps/t.toml"), &format!("{BASE}{extra}"))
+    }
+
+    #[test]
+    fn grid_and_arms_expand() {
+        let spec = parse(
+            r#"
+[grid]
+block_len = [4, 8]
+[[arms]]
+encoding = ["rope"]
+seed = [0, 1, 2]
+[[arms]]
+encoding = ["nope"]
+seed = [0]
+[presets.small]
+grid = { block_len = [4] }
+"#,
+        )
+        .unwrap();
+        assert_eq!(spec.name, "t");
+        let runs = spec.expand("small").unwrap();
+        assert_eq!(runs.len(), 4); // 1 width × (3 rope seeds + 1 nope seed)
+        let runs = parse("[grid]\nblock_len = [4, 8]\n[presets.x]\n")
+            .unwrap()
+            .expand("x")
+            .unwrap();
+        assert_eq!(runs.len(), 2);
+        assert_eq!(runs[1].config.block_len, 8);
+        assert_eq!(
+            runs[1].axes,
+            vec![("block_len".to_string(), "8".to_string())]
+        );
+    }
+
+    #[test]
+    fn unknown_key_suggests_closest() {
+        let err = parse("[grid]\nblok_len = [4]\n").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "sweeps/t.toml: unknown key `blok_len` in [grid]; did you mean `block_len`?"
+        );
+    }
+
+    #[test]
+    fn syntax_error_has_line_and_column() {
+        let err = parse("[grid]\nblock_len = [4, \n").unwrap_err().to_string();
+        // BASE is 29 lines (a leading newline, description, [base], 26 fields); [grid] is 30.
+        assert_eq!(err, "sweeps/t.toml:31:16: unclosed array, expected `]`");
+    }
+
+    #[test]
+    fn invalid_value_names_run_and_field() {
+        let err = parse("[grid]\nblock_len = [4, 99]\n[presets.q]\n")
+            .unwrap()
+            .expand("q")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("preset q, block_len = 99"), "{err}");
+        assert!(err.contains("block_len = 99 is out of range"), "{err}");
+    }
+
+    #[test]
+    fn empty_axis_and_unknown_preset() {
+        let spec = parse("[grid]\nblock_len = []\n[presets.q]\n").unwrap();
+        assert!(matches!(spec.expand("q"), Err(SpecError::EmptyGrid { .. })));
+        let err = spec.expand("nope").unwrap_err().to_string();
+        assert!(
+            err.contains("unknown preset `nope`; available presets: q"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn distance() {
+        assert_eq!(edit_distance("blok_len", "block_len"), 1);
+        assert_eq!(edit_distance("", "ab"), 2);
+        assert_eq!(did_you_mean("zzzzzzzz", ["seed"]), "");
+    }
+}

@@ -1,0 +1,599 @@
+//! The training loop (custom; no burn-train `Learner`).
+//!
+//! - AdamW with PyTorch semantics (`torch.optim.AdamW`, Loshchilov & Hutter 2019, Alg. 2):
+//!   decoupled decay `p ← p − lr·λ·p` applied to matrices only (rank ≥ 2: embeddings,
+//!   projections, head), bias-corrected moments, `ε` added outside the square root.
+//!   burn's own AdamW defaults differ (ε = 1e-5, decay on every tensor; DESIGN.md).
+//! - Learning rate: linear warm-up over `warmup_steps`, then cosine decay to `min_lr_ratio·lr`.
+//! - Gradient clipping by the *global* norm over all parameters (`torch.nn.utils.clip_grad_norm_`:
+//!   scale `min(1, c/(‖g‖+1e-6))`), not burn's per-tensor `Norm`.
+//! - Evaluation on the held-out stream with the non-autodiff model (`Module::valid`), at step 0,
+//!   every `eval_every` steps and at the end; each evaluation also runs the frequency probe.
+//! - A non-finite loss or gradient norm stops the run with status `failed`, step and reason.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::optim::GradientsParams;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use tasks::{Example, Split};
+
+use crate::config::RunConfig;
+use crate::model::{Transformer, masked_cross_entropy};
+use crate::probe;
+
+/// Learning rate at 0-based `step`: linear warm-up to `lr` over `warmup_steps` (reaching `lr`
+/// at step `warmup_steps − 1`), then half-cosine from `lr` down to `min_lr_ratio·lr` at the
+/// last step.
+pub fn lr_at(step: usize, cfg: &RunConfig) -> f64 {
+    if step < cfg.warmup_steps {
+        return cfg.lr * (step + 1) as f64 / cfg.warmup_steps as f64;
+    }
+    let decay_steps = (cfg.steps - cfg.warmup_steps).max(1) as f64;
+    let progress = ((step - cfg.warmup_steps) as f64 / decay_steps).min(1.0);
+    let min_lr = cfg.lr * cfg.min_lr_ratio;
+    min_lr + (cfg.lr - min_lr) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+}
+
+/// AdamW state (PyTorch semantics; see module docs).
+pub struct AdamW {
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    weight_decay: f64,
+    step: i32,
+    /// First and second moments per parameter, flattened to `[numel]`.
+    moments: HashMap<ParamId, (Tensor<1>, Tensor<1>)>,
+}
+
+impl AdamW {
+    /// A fresh optimiser.
+    pub fn new(beta1: f64, beta2: f64, eps: f64, weight_decay: f64) -> Self {
+        Self {
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            step: 0,
+            moments: HashMap::new(),
+        }
+    }
+
+    /// One update of every parameter of `model` that has a gradient in `grads`, at learning rate
+    /// `lr`, after scaling every gradient by `grad_scale` (the global-norm clip factor).
+    pub fn step<M: Module>(
+        &mut self,
+        model: M,
+        lr: f64,
+        grads: GradientsParams,
+        grad_scale: f64,
+    ) -> M {
+        self.step += 1;
+        let mut mapper = AdamWMapper {
+            opt: self,
+            grads,
+            lr,
+            grad_scale,
+        };
+        model.map(&mut mapper)
+    }
+}
+
+struct AdamWMapper<'a> {
+    opt: &'a mut AdamW,
+    grads: GradientsParams,
+    lr: f64,
+    grad_scale: f64,
+}
+
+impl ModuleMapper for AdamWMapper<'_> {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let (id, tensor, mapper) = param.consume();
+        let Some(grad) = self.grads.remove::<D>(id) else {
+            return Param::from_mapped_value(id, tensor, mapper);
+        };
+        let opt = &mut *self.opt;
+        let shape = tensor.shape();
+        let numel = shape.num_elements();
+        let x = tensor.inner();
+        let g = grad.reshape([numel]) * self.grad_scale;
+        let (m, v) = match opt.moments.remove(&id) {
+            Some((m, v)) => (
+                m * opt.beta1 + g.clone() * (1.0 - opt.beta1),
+                v * opt.beta2 + g.square() * (1.0 - opt.beta2),
+            ),
+            None => (
+                g.clone() * (1.0 - opt.beta1),
+                g.square() * (1.0 - opt.beta2),
+            ),
+        };
+        let bias1 = 1.0 - opt.beta1.powi(opt.step);
+        let bias2 = 1.0 - opt.beta2.powi(opt.step);
+        let update = (m.clone() / bias1) / ((v.clone() / bias2).sqrt() + opt.eps);
+        let decay = if D >= 2 { opt.weight_decay } else { 0.0 };
+        let x = x.reshape([numel]) * (1.0 - self.lr * decay) - update * self.lr;
+        opt.moments.insert(id, (m, v));
+        let x: Tensor<D> = x.reshape(shape);
+        Param::from_mapped_value(id, Tensor::from_inner(x).require_grad(), mapper)
+    }
+}
+
+/// Global L2 norm of every gradient in `grads` that belongs to `model`.
+pub fn global_grad_norm<M: Module>(model: &M, grads: &GradientsParams) -> f64 {
+    struct NormVisitor<'a> {
+        grads: &'a GradientsParams,
+        total: Option<Tensor<1>>,
+    }
+    impl ModuleVisitor for NormVisitor<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let Some(g) = self.grads.get::<D>(param.id) {
+                let s = g.square().sum();
+                self.total = Some(match self.total.take() {
+                    Some(t) => t + s,
+                    None => s,
+                });
+            }
+        }
+    }
+    let mut v = NormVisitor { grads, total: None };
+    model.visit(&mut v);
+    v.total
+        .map(|t| (t.into_scalar::<f32>() as f64).sqrt())
+        .unwrap_or(0.0)
+}
+
+/// PyTorch's clip factor `min(1, max_norm/(norm + 1e-6))`; 1 when clipping is off.
+pub fn clip_factor(norm: f64, max_norm: f64) -> f64 {
+    if max_norm <= 0.0 {
+        1.0
+    } else {
+        (max_norm / (norm + 1e-6)).min(1.0)
+    }
+}
+
+/// A batch as tensors: inputs `[batch, seq]` ids, targets `[batch, seq]` ids, mask `[batch, seq]`.
+pub struct Batch {
+    /// Input token ids.
+    pub inputs: Tensor<2, Int>,
+    /// Target token ids.
+    pub targets: Tensor<2, Int>,
+    /// 1.0 where scored.
+    pub mask: Tensor<2>,
+    /// Number of scored positions.
+    pub n_scored: usize,
+}
+
+/// Stack examples (all of length `seq`) into tensors on `device`.
+pub fn to_batch(examples: &[Example], device: &Device) -> Batch {
+    let b = examples.len();
+    let l = examples[0].input.len();
+    let mut inputs = Vec::with_capacity(b * l);
+    let mut targets = Vec::with_capacity(b * l);
+    let mut mask = Vec::with_capacity(b * l);
+    for ex in examples {
+        inputs.extend(ex.input.iter().map(|&x| x as i64));
+        targets.extend(ex.target.iter().map(|&x| x as i64));
+        mask.extend(ex.mask.iter().map(|&m| if m { 1.0f32 } else { 0.0 }));
+    }
+    let n_scored = mask.iter().filter(|&&m| m > 0.0).count();
+    Batch {
+        inputs: Tensor::from_data(TensorData::new(inputs, [b, l]), device),
+        targets: Tensor::from_data(TensorData::new(targets, [b, l]), device),
+        mask: Tensor::from_data(TensorData::new(mask, [b, l]), device),
+        n_scored,
+    }
+}
+
+/// One point of a learning curve.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CurvePoint {
+    /// Optimiser steps taken before this measurement.
+    pub step: usize,
+    /// `train` (the step's own batch) or `eval` (held-out stream).
+    pub split: &'static str,
+    /// Mean cross-entropy on scored positions, nats.
+    pub loss: f64,
+    /// Fraction of scored positions predicted exactly (argmax).
+    pub accuracy: f64,
+    /// Learning rate used at this step (train) or the next one (eval).
+    pub lr: f64,
+    /// Global gradient norm before clipping (train rows).
+    pub grad_norm: Option<f64>,
+    /// Run-level θ_eff at this evaluation (eval rows).
+    pub effective_freq: Option<f64>,
+    /// Standard deviation of θ_eff over evaluation batches (eval rows).
+    pub effective_freq_batch_sd: Option<f64>,
+    /// Entropy of the pooled spectrum, nats (eval rows).
+    pub spectrum_entropy: Option<f64>,
+    /// Argmax frequency of the pooled spectrum (eval rows).
+    pub argmax_freq: Option<f64>,
+}
+
+/// Spectrum of one layer/head at one evaluation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HeadSpectrum {
+    /// Step of the evaluation.
+    pub step: usize,
+    /// Layer index (0 = bottom).
+    pub layer: usize,
+    /// Head index.
+    pub head: usize,
+    /// Energy per pair `E_i` (mean over batches and causal pairs).
+    pub energy: Vec<f64>,
+}
+
+/// Result of an evaluation.
+#[derive(Clone, Debug)]
+pub struct Evaluation {
+    /// Mean loss on scored positions, nats.
+    pub loss: f64,
+    /// Accuracy on scored positions.
+    pub accuracy: f64,
+    /// Pooled spectrum summary.
+    pub summary: probe::SpectrumSummary,
+    /// Std of θ_eff over evaluation batches.
+    pub effective_freq_batch_sd: f64,
+    /// `energy[layer][head][pair]`, averaged over batches.
+    pub energy: Vec<Vec<Vec<f64>>>,
+    /// Wall time spent in the probe (copying q/k to the host and the energy sums), ms.
+    pub probe_ms: f64,
+    /// Wall time of the whole evaluation, ms.
+    pub eval_ms: f64,
+}
+
+/// Evaluate `model` (any device; it is switched to the non-autodiff view) on the held-out
+/// batches of `cfg`, with the frequency probe.
+pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evaluation {
+    let start = Instant::now();
+    let model = model.valid();
+    let task = cfg.block_task();
+    let theta = crate::model::rope::inv_freq(cfg.head_dim(), cfg.rope_base);
+    let eval_device = device.clone().inner();
+    let (mut loss_sum, mut correct, mut scored) = (0.0f64, 0.0f64, 0usize);
+    let mut energy_sum: Vec<Vec<Vec<f64>>> = Vec::new();
+    let mut batch_theta = Vec::with_capacity(cfg.eval_batches);
+    let mut probe_ms = 0.0;
+    for i in 0..cfg.eval_batches {
+        let examples = task
+            .batch(
+                cfg.seed,
+                Split::Eval,
+                (i * cfg.batch_size) as u64,
+                cfg.batch_size,
+            )
+            .expect("config validated");
+        let batch = to_batch(&examples, &eval_device);
+        let (logits, qk) = model.forward_with_qk(batch.inputs.clone());
+        let (loss, ok) = masked_cross_entropy(logits, batch.targets, batch.mask);
+        loss_sum += loss.into_scalar::<f32>() as f64 * batch.n_scored as f64;
+        correct += ok.into_scalar::<f32>() as f64;
+        scored += batch.n_scored;
+        let t0 = Instant::now();
+        let layers: Vec<(Vec<f32>, Vec<f32>)> = qk
+            .into_iter()
+            .map(|l| {
+                (
+                    l.q.into_data().try_to_vec::<f32>().expect("f32 q"),
+                    l.k.into_data().try_to_vec::<f32>().expect("f32 k"),
+                )
+            })
+            .collect();
+        let energy = probe::layer_head_energy(
+            &layers,
+            cfg.batch_size,
+            cfg.n_heads,
+            cfg.seq_len,
+            cfg.head_dim(),
+            cfg.pair_layout,
+        );
+        batch_theta.push(probe::effective_freq(
+            &probe::pooled_spectrum(&energy),
+            &theta,
+        ));
+        if energy_sum.is_empty() {
+            energy_sum = energy;
+        } else {
+            for (acc_l, e_l) in energy_sum.iter_mut().zip(energy) {
+                for (acc_h, e_h) in acc_l.iter_mut().zip(e_l) {
+                    for (a, e) in acc_h.iter_mut().zip(e_h) {
+                        *a += e;
+                    }
+                }
+            }
+        }
+        probe_ms += t0.elapsed().as_secs_f64() * 1e3;
+    }
+    let n = cfg.eval_batches as f64;
+    for l in energy_sum.iter_mut() {
+        for h in l.iter_mut() {
+            for e in h.iter_mut() {
+                *e /= n;
+            }
+        }
+    }
+    let summary = probe::summarise(&probe::pooled_spectrum(&energy_sum), &theta);
+    let mean_theta = batch_theta.iter().sum::<f64>() / n;
+    let sd = if batch_theta.len() > 1 {
+        (batch_theta
+            .iter()
+            .map(|t| (t - mean_theta).powi(2))
+            .sum::<f64>()
+            / (n - 1.0))
+            .sqrt()
+    } else {
+        0.0
+    };
+    Evaluation {
+        loss: loss_sum / scored.max(1) as f64,
+        accuracy: correct / scored.max(1) as f64,
+        summary,
+        effective_freq_batch_sd: sd,
+        energy: energy_sum,
+        probe_ms,
+        eval_ms: start.elapsed().as_secs_f64() * 1e3,
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunStatus {
+    /// All steps done.
+    Done,
+    /// Stopped early.
+    Failed {
+        /// Step at which it stopped.
+        step: usize,
+        /// Why, in words.
+        reason: String,
+    },
+}
+
+/// Everything a training run produces.
+#[derive(Clone, Debug)]
+pub struct TrainOutcome {
+    /// Final status.
+    pub status: RunStatus,
+    /// Train rows (every step) and eval rows (every evaluation).
+    pub curves: Vec<CurvePoint>,
+    /// Per-head spectra at every evaluation.
+    pub spectra: Vec<HeadSpectrum>,
+    /// Evaluation at step 0.
+    pub initial: Option<Evaluation>,
+    /// Last evaluation.
+    pub last: Option<Evaluation>,
+    /// Wall time of the whole run, seconds.
+    pub wall_time_s: f64,
+    /// Median wall time of a training step (forward, backward, update), ms.
+    pub ms_per_step: f64,
+    /// Training tokens per second over the training steps.
+    pub tokens_per_s: f64,
+    /// Mean probe time per evaluation, ms.
+    pub probe_ms: f64,
+}
+
+/// Train a model for `cfg` on `device` (an autodiff device is made from it). `progress` is
+/// called after every step with `(step, steps, train_loss)`.
+pub fn train(
+    cfg: &RunConfig,
+    device: &Device,
+    progress: &mut dyn FnMut(usize, usize, f64),
+) -> TrainOutcome {
+    let start = Instant::now();
+    let ad_device = device.clone().autodiff();
+    let mut model = cfg.model().init(cfg.seed, &ad_device);
+    let mut opt = AdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
+    let task = cfg.block_task();
+    let mut curves = Vec::new();
+    let mut spectra = Vec::new();
+    let mut step_ms = Vec::with_capacity(cfg.steps);
+    let mut probe_ms = Vec::new();
+    let mut status = RunStatus::Done;
+
+    let mut record_eval = |step: usize, ev: &Evaluation, curves: &mut Vec<CurvePoint>| {
+        curves.push(CurvePoint {
+            step,
+            split: "eval",
+            loss: ev.loss,
+            accuracy: ev.accuracy,
+            lr: lr_at(step.min(cfg.steps - 1), cfg),
+            grad_norm: None,
+            effective_freq: Some(ev.summary.effective_freq),
+            effective_freq_batch_sd: Some(ev.effective_freq_batch_sd),
+            spectrum_entropy: Some(ev.summary.entropy),
+            argmax_freq: Some(ev.summary.argmax_freq),
+        });
+        for (layer, heads) in ev.energy.iter().enumerate() {
+            for (head, e) in heads.iter().enumerate() {
+                spectra.push(HeadSpectrum {
+                    step,
+                    layer,
+                    head,
+                    energy: e.clone(),
+                });
+            }
+        }
+        probe_ms.push(ev.probe_ms);
+    };
+
+    let initial = evaluate(&model, cfg, device);
+    record_eval(0, &initial, &mut curves);
+    let mut last = None;
+    for step in 0..cfg.steps {
+        let t0 = Instant::now();
+        let examples = task
+            .batch(
+                cfg.seed,
+                Split::Train,
+                (step * cfg.batch_size) as u64,
+                cfg.batch_size,
+            )
+            .expect("config validated");
+        let batch = to_batch(&examples, &ad_device);
+        let logits = model.forward(batch.inputs);
+        let (loss, correct) = masked_cross_entropy(logits, batch.targets, batch.mask);
+        let loss_value = loss.clone().into_scalar::<f32>() as f64;
+        if !loss_value.is_finite() {
+            status = RunStatus::Failed {
+                step,
+                reason: format!("non-finite training loss ({loss_value})"),
+            };
+            break;
+        }
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let norm = global_grad_norm(&model, &grads);
+        if !norm.is_finite() {
+            status = RunStatus::Failed {
+                step,
+                reason: format!("non-finite gradient norm ({norm})"),
+            };
+            break;
+        }
+        let lr = lr_at(step, cfg);
+        model = opt.step(model, lr, grads, clip_factor(norm, cfg.grad_clip));
+        step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        curves.push(CurvePoint {
+            step: step + 1,
+            split: "train",
+            loss: loss_value,
+            accuracy: correct.into_scalar::<f32>() as f64 / batch.n_scored.max(1) as f64,
+            lr,
+            grad_norm: Some(norm),
+            effective_freq: None,
+            effective_freq_batch_sd: None,
+            spectrum_entropy: None,
+            argmax_freq: None,
+        });
+        progress(step + 1, cfg.steps, loss_value);
+        let done = step + 1;
+        if done % cfg.eval_every == 0 || done == cfg.steps {
+            let ev = evaluate(&model, cfg, device);
+            record_eval(done, &ev, &mut curves);
+            last = Some(ev);
+        }
+    }
+    let train_s: f64 = step_ms.iter().sum::<f64>() / 1e3;
+    let tokens = (step_ms.len() * cfg.batch_size * cfg.seq_len) as f64;
+    TrainOutcome {
+        status,
+        curves,
+        spectra,
+        initial: Some(initial),
+        last,
+        wall_time_s: start.elapsed().as_secs_f64(),
+        ms_per_step: median(&mut step_ms),
+        tokens_per_s: if train_s > 0.0 { tokens / train_s } else { 0.0 },
+        probe_ms: probe_ms.iter().sum::<f64>() / probe_ms.len().max(1) as f64,
+    }
+}
+
+/// Median of `xs` (0 when empty).
+pub fn median(xs: &mut [f64]) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    let n = xs.len();
+    if n % 2 == 1 {
+        xs[n / 2]
+    } else {
+        (xs[n / 2 - 1] + xs[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::tiny;
+
+    #[test]
+    fn schedule_warms_up_then_decays_to_floor() {
+        let mut c = tiny();
+        c.steps = 10;
+        c.warmup_steps = 2;
+        c.lr = 1.0;
+        c.min_lr_ratio = 0.1;
+        assert!((lr_at(0, &c) - 0.5).abs() < 1e-12);
+        assert!((lr_at(1, &c) - 1.0).abs() < 1e-12);
+        assert!((lr_at(2, &c) - 1.0).abs() < 1e-12);
+        // Halfway through the decay: 0.1 + 0.9·0.5 = 0.55.
+        assert!((lr_at(6, &c) - 0.55).abs() < 1e-12);
+        assert!((lr_at(10, &c) - 0.1).abs() < 1e-12);
+    }
+
+    #[test]
+    fn clip_factor_matches_pytorch() {
+        assert_eq!(clip_factor(0.5, 1.0), 1.0);
+        assert!((clip_factor(4.0, 1.0) - 1.0 / (4.0 + 1e-6)).abs() < 1e-15);
+        assert_eq!(clip_factor(1e9, 0.0), 1.0);
+    }
+
+    /// One AdamW step on a hand-computed case: a [1, 2] matrix and a [2] vector.
+    #[test]
+    fn adamw_step_matches_hand_computation() {
+        #[derive(Module, Debug)]
+        struct Toy {
+            w: Param<Tensor<2>>,
+            b: Param<Tensor<1>>,
+        }
+        let device = Device::flex().autodiff();
+        let toy = Toy {
+            w: Param::from_data(TensorData::new(vec![1.0f32, -2.0], [1, 2]), &device),
+            b: Param::from_data(TensorData::new(vec![0.5f32, 0.5], [2]), &device),
+        };
+        // loss = sum(w ⊙ [3, 4]) + sum(b ⊙ b)  → dL/dw = [3, 4], dL/db = 2b = [1, 1].
+        let c = Tensor::<2>::from_data(TensorData::new(vec![3.0f32, 4.0], [1, 2]), &device);
+        let loss = (toy.w.val() * c).sum() + toy.b.val().square().sum();
+        let grads = GradientsParams::from_grads(loss.backward(), &toy);
+        // Global norm sqrt(9 + 16 + 1 + 1) = sqrt(27).
+        let norm = global_grad_norm(&toy, &grads);
+        assert!((norm - 27f64.sqrt()).abs() < 1e-5);
+        let mut opt = AdamW::new(0.9, 0.95, 1e-8, 0.1);
+        let lr = 0.01;
+        let toy = opt.step(toy, lr, grads, 1.0);
+        // First step: m̂ = g, v̂ = g², update = g/(|g| + ε) ≈ sign(g).
+        // w ← w(1 − lr·0.1) − lr·sign(g);  b (vector) is not decayed.
+        let w = toy.w.val().into_data().try_to_vec::<f32>().unwrap();
+        let b = toy.b.val().into_data().try_to_vec::<f32>().unwrap();
+        assert!((w[0] - (1.0 * (1.0 - 0.001) - 0.01)).abs() < 1e-6, "{w:?}");
+        assert!((w[1] - (-2.0 * (1.0 - 0.001) - 0.01)).abs() < 1e-6, "{w:?}");
+        assert!((b[0] - (0.5 - 0.01)).abs() < 1e-6, "{b:?}");
+        assert!(toy.w.val().is_require_grad());
+    }
+
+    #[test]
+    fn tiny_run_learns_and_probes() {
+        let mut c = tiny();
+        c.steps = 30;
+        c.eval_every = 15;
+        c.lr = 1e-2;
+        c.warmup_steps = 3;
+        let out = train(&c, &Device::flex(), &mut |_, _, _| {});
+        assert_eq!(out.status, RunStatus::Done);
+        let first = out.curves.iter().find(|p| p.split == "train").unwrap().loss;
+        // Untrained: loss ≈ ln(vocab) = ln 16 ≈ 2.77.
+        assert!((first - 16f64.ln()).abs() < 0.3, "first loss {first}");
+        let evals: Vec<_> = out.curves.iter().filter(|p| p.split == "eval").collect();
+        assert_eq!(
+            evals.iter().map(|p| p.step).collect::<Vec<_>>(),
+            vec![0, 15, 30]
+        );
+        // 3 evaluations × 1 layer × 2 heads.
+        assert_eq!(out.spectra.len(), 6);
+        assert_eq!(out.spectra[0].energy.len(), 4);
+        let last = out.last.unwrap();
+        assert!(last.loss < out.initial.unwrap().loss);
+    }
+
+    #[test]
+    fn same_seed_same_numbers() {
+        let mut c = tiny();
+        c.steps = 5;
+        let a = train(&c, &Device::flex(), &mut |_, _, _| {});
+        let b = train(&c, &Device::flex(), &mut |_, _, _| {});
+        let la: Vec<f64> = a.curves.iter().map(|p| p.loss).collect();
+        let lb: Vec<f64> = b.curves.iter().map(|p| p.loss).collect();
+        assert_eq!(la, lb);
+        assert_eq!(a.spectra, b.spectra);
+    }
+}

@@ -1,0 +1,88 @@
+"""Load every table a sweep wrote with Python Polars and check columns and types.
+
+Usage: python3 check_tables.py RESULTS_DIR
+
+The expected schemas are those documented in results/README.md. Exits non-zero with a one-line
+message per problem. Run by `cargo test` (lab/tests/sweep_smoke.rs) on a smoke sweep.
+"""
+
+import sys
+from pathlib import Path
+
+try:
+    import polars as pl
+except ImportError:
+    sys.exit("polars is not installed: run `pip install -r requirements-test.txt` (or `make test`)")
+
+S, I64, F64, I32 = pl.Utf8, pl.Int64, pl.Float64, pl.Int32
+
+EXPECTED = {
+    "runs": {
+        "schema_version": I32, "run_id": S, "sweep": S, "preset": S, "status": S,
+        "fail_step": I64, "fail_reason": S,
+        "task": S, "variant": S, "vocab_size": I64, "seq_len": I64, "block_len": I64,
+        "dep_width": I64, "noise": F64, "encoding": S, "rope_base": F64, "pair_layout": S,
+        "d_model": I64, "n_layers": I64, "n_heads": I64, "d_ff": I64, "steps": I64,
+        "batch_size": I64, "lr": F64, "warmup_steps": I64, "min_lr_ratio": F64,
+        "weight_decay": F64, "beta1": F64, "beta2": F64, "adam_eps": F64, "grad_clip": F64,
+        "eval_every": I64, "eval_batches": I64, "seed": I64,
+        "final_train_loss": F64, "final_eval_loss": F64, "final_eval_accuracy": F64,
+        "init_eval_loss": F64, "effective_freq": F64, "effective_freq_init": F64,
+        "effective_freq_batch_sd": F64, "spectrum_entropy": F64, "spectrum_entropy_init": F64,
+        "argmax_freq": F64, "reference_freq": F64, "wall_time_s": F64, "ms_per_step": F64,
+        "tokens_per_s": F64, "probe_ms": F64, "backend": S, "lab_version": S, "config_json": S,
+    },
+    "curves": {
+        "schema_version": I32, "run_id": S, "step": I64, "split": S, "loss": F64,
+        "accuracy": F64, "lr": F64, "grad_norm": F64, "effective_freq": F64,
+        "effective_freq_batch_sd": F64, "spectrum_entropy": F64, "argmax_freq": F64,
+    },
+    "spectrum": {
+        "schema_version": I32, "run_id": S, "encoding": S, "step": I64, "layer": I64,
+        "head": I64, "freq_index": I64, "theta": F64, "energy": F64, "energy_frac": F64,
+    },
+    "fit": {
+        "schema_version": I32, "sweep": S, "preset": S, "group": S, "encoding": S,
+        "variant": S, "width_source": S, "beta": F64, "c": F64, "r2": F64,
+        "beta_ci_low": F64, "beta_ci_high": F64, "c_ci_low": F64, "c_ci_high": F64,
+        "n": I64, "n_seeds": I64, "n_boot": I64, "resample": S, "reference_c": F64,
+    },
+}
+
+
+def main() -> int:
+    root = Path(sys.argv[1])
+    problems = []
+    for table, expected in EXPECTED.items():
+        path = root / f"{table}.parquet"
+        df = pl.read_parquet(path)
+        for col, dtype in expected.items():
+            if col not in df.schema:
+                problems.append(f"{table}: missing column {col}")
+            elif df.schema[col] != dtype:
+                problems.append(f"{table}.{col}: {df.schema[col]} instead of {dtype}")
+        extra = set(df.columns) - set(expected)
+        if extra:
+            problems.append(f"{table}: undocumented columns {sorted(extra)}")
+        if df.height == 0:
+            problems.append(f"{table}: no rows")
+        # The per-run parts load lazily as one table too.
+        if table != "fit":
+            lazy = pl.scan_parquet(str(root / "runs" / "*" / f"{table}.parquet")).collect()
+            if lazy.height != df.height:
+                problems.append(f"{table}: merged has {df.height} rows, parts {lazy.height}")
+    runs = pl.read_parquet(root / "runs.parquet")
+    if runs["run_id"].n_unique() != runs.height:
+        problems.append("runs: duplicate run_id")
+    spectrum = pl.read_parquet(root / "spectrum.parquet")
+    sums = spectrum.group_by(["run_id", "step", "layer", "head"]).agg(pl.col("energy_frac").sum())
+    if (sums["energy_frac"] - 1.0).abs().max() > 1e-9:
+        problems.append("spectrum: energy_frac does not sum to 1 per (run, step, layer, head)")
+    for p in problems:
+        print(p)
+    print(f"checked {len(EXPECTED)} tables in {root}: {len(problems)} problem(s)")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

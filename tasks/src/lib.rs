@@ -1,0 +1,217 @@
+//! Synthetic and real sequence tasks for the lab.
+//!
+//! Every generator in this crate is a pure function of `(task config, split, seed, example index)`:
+//! the same arguments always give the same [`Example`], any example can be produced on its own
+//! (so batches can be generated in any order or in parallel), and the training and evaluation
+//! splits draw from disjoint random streams (see [`example_rng`]).
+//!
+//! Each example is next-token shaped: an input of `seq_len` token ids, a target of `seq_len`
+//! token ids (`target[t]` is what the model must emit at position `t`) and a loss mask of
+//! `seq_len` booleans saying which targets are scored.
+//!
+//! Tasks:
+//! - [`block`]: block-structured sequences of width `B` (`copy` and `recall`), the
+//!   dependency-width knob of SCIENCE.md section 2.
+//!
+//! # Random streams
+//!
+//! All randomness comes from ChaCha8 ([`rand_chacha::ChaCha8Rng`]) keyed by
+//! `ChaCha8Rng::seed_from_u64(seed)` (the 32-byte key is the PCG32 expansion of `seed` defined by
+//! `rand_core` 0.9). ChaCha offers 2^64 stream ids per key; distinct stream ids give
+//! non-overlapping keystreams by construction. This crate assigns them as follows:
+//!
+//! | stream id          | used for                                  |
+//! |--------------------|-------------------------------------------|
+//! | `0`                | [`split_rng`]`(seed, Split::Train)`       |
+//! | `1`                | [`split_rng`]`(seed, Split::Eval)`        |
+//! | `2 + 2·index`      | [`example_rng`]`(seed, Split::Train, index)` |
+//! | `3 + 2·index`      | [`example_rng`]`(seed, Split::Eval, index)`  |
+//!
+//! so no two of these generators ever share a single random word, and in particular no training
+//! example shares randomness with an evaluation example. Outputs are reproducible for a fixed
+//! version of `rand` (0.9) and `rand_chacha` (0.9); the test suite pins a few values so that a
+//! dependency upgrade that changes them is noticed.
+
+#![warn(missing_docs)]
+
+pub mod block;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// Error returned when a task configuration (or a request such as an example index) is invalid.
+///
+/// `Display` is a single line naming the offending field and what is allowed, e.g.
+/// `block_len = 300 is out of range: must be in 1..=256 (seq_len)`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TaskError {
+    /// A numeric field lies outside its allowed range.
+    #[error("{field} = {value} is out of range: must be in {allowed}")]
+    OutOfRange {
+        /// Name of the field, as spelled in the config (e.g. `"block_len"`).
+        field: &'static str,
+        /// The rejected value, formatted.
+        value: String,
+        /// The allowed range in Rust range syntax, optionally followed by a parenthesised note
+        /// naming the field that sets a bound (e.g. `"1..=256 (seq_len)"`).
+        allowed: String,
+    },
+    /// A field (or combination of fields/arguments) is invalid for a reason other than a range.
+    #[error("{field} is invalid: {message}")]
+    Invalid {
+        /// Name of the field or argument.
+        field: &'static str,
+        /// One-line explanation.
+        message: String,
+    },
+}
+
+/// One training/evaluation example.
+///
+/// All three vectors have length `seq_len` (the configured context length).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Example {
+    /// Input token ids, length `seq_len`. Position `t` is fed to the model at position `t`.
+    pub input: Vec<u32>,
+    /// Target token ids, length `seq_len`: `target[t]` is what the model must predict at position
+    /// `t` (having seen `input[0..=t]`). For plain next-token tasks `target[t]` is the token at
+    /// position `t + 1` of the underlying sequence; a task's docs say where it departs from that.
+    pub target: Vec<u32>,
+    /// Loss mask, length `seq_len`: `true` where `target[t]` is scored.
+    pub mask: Vec<bool>,
+}
+
+impl Example {
+    /// Number of scored positions (`true` entries of [`Example::mask`]).
+    pub fn n_scored(&self) -> usize {
+        self.mask.iter().filter(|&&m| m).count()
+    }
+}
+
+/// Which split an example belongs to. Training and evaluation data never share random streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Split {
+    /// Training data.
+    Train,
+    /// Evaluation (held-out) data.
+    Eval,
+}
+
+impl Split {
+    /// `0` for [`Split::Train`], `1` for [`Split::Eval`]: the low bit of every stream id this
+    /// crate assigns (see the crate docs).
+    pub fn id(self) -> u64 {
+        match self {
+            Split::Train => 0,
+            Split::Eval => 1,
+        }
+    }
+}
+
+/// Largest example index accepted by [`example_rng`] (`2^63 − 2`), so that the stream id
+/// `2 + 2·index + split` fits in a `u64`.
+pub const MAX_INDEX: u64 = (u64::MAX - 3) / 2;
+
+/// The split-level random stream for `seed`: ChaCha8 keyed by `seed_from_u64(seed)` on stream id
+/// `0` (train) or `1` (eval).
+///
+/// Use it for split-wide randomness that is not tied to one example (e.g. shuffling an
+/// example order). It never overlaps the other split's stream or any [`example_rng`] stream.
+pub fn split_rng(seed: u64, split: Split) -> ChaCha8Rng {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(split.id());
+    rng
+}
+
+/// A plain `u64` seed derived for `split` from `seed`: the first `u64` of
+/// [`split_rng`]`(seed, split)`.
+///
+/// For consumers that need an integer seed (e.g. another framework's RNG). Train and eval seeds
+/// are the first words of two disjoint ChaCha streams, so they differ with overwhelming
+/// probability (2^-64 chance of a clash, not excluded by construction; prefer [`split_rng`] or
+/// [`example_rng`] inside this crate).
+pub fn split_seed(seed: u64, split: Split) -> u64 {
+    use rand::RngCore;
+    split_rng(seed, split).next_u64()
+}
+
+/// The random stream of example `index` of `split` for `seed`: ChaCha8 keyed by
+/// `seed_from_u64(seed)` on stream id `2 + 2·index + split.id()`.
+///
+/// Distinct `(split, index)` pairs get distinct stream ids, hence non-overlapping keystreams.
+///
+/// # Errors
+/// [`TaskError::OutOfRange`] naming `index` if `index > MAX_INDEX` (`2^63 − 2`).
+pub fn example_rng(seed: u64, split: Split, index: u64) -> Result<ChaCha8Rng, TaskError> {
+    check_index(index)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    rng.set_stream(2 + 2 * index + split.id());
+    Ok(rng)
+}
+
+fn check_index(index: u64) -> Result<(), TaskError> {
+    if index > MAX_INDEX {
+        return Err(TaskError::OutOfRange {
+            field: "index",
+            value: index.to_string(),
+            allowed: format!("0..={MAX_INDEX}"),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::RngCore;
+
+    #[test]
+    fn error_display_is_one_line_and_names_field() {
+        let e = TaskError::OutOfRange {
+            field: "block_len",
+            value: "300".into(),
+            allowed: "1..=256 (seq_len)".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "block_len = 300 is out of range: must be in 1..=256 (seq_len)"
+        );
+        let e = TaskError::Invalid {
+            field: "batch",
+            message: "too large".into(),
+        };
+        assert_eq!(e.to_string(), "batch is invalid: too large");
+    }
+
+    #[test]
+    fn split_streams_differ() {
+        let mut a = split_rng(7, Split::Train);
+        let mut b = split_rng(7, Split::Eval);
+        let wa: Vec<u32> = (0..64).map(|_| a.next_u32()).collect();
+        let wb: Vec<u32> = (0..64).map(|_| b.next_u32()).collect();
+        assert_ne!(wa, wb);
+        assert_ne!(split_seed(7, Split::Train), split_seed(7, Split::Eval));
+        assert_eq!(split_seed(7, Split::Train), split_seed(7, Split::Train));
+        assert_ne!(split_seed(7, Split::Train), split_seed(8, Split::Train));
+        assert_eq!(split_rng(7, Split::Train).get_stream(), 0);
+        assert_eq!(split_rng(7, Split::Eval).get_stream(), 1);
+    }
+
+    #[test]
+    fn example_streams_are_distinct_ids() {
+        let t0 = example_rng(1, Split::Train, 0).unwrap();
+        let e0 = example_rng(1, Split::Eval, 0).unwrap();
+        let t1 = example_rng(1, Split::Train, 1).unwrap();
+        assert_eq!(t0.get_stream(), 2);
+        assert_eq!(e0.get_stream(), 3);
+        assert_eq!(t1.get_stream(), 4);
+        let last = example_rng(1, Split::Eval, MAX_INDEX).unwrap();
+        assert_eq!(last.get_stream(), u64::MAX);
+        let err = example_rng(1, Split::Train, MAX_INDEX + 1).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "index = 9223372036854775807 is out of range: must be in 0..=9223372036854775806"
+        );
+    }
+}
