@@ -7,8 +7,10 @@
 
 use serde::{Deserialize, Serialize};
 use tasks::block::{BlockConfig, BlockVariant};
+use tasks::indirect::IndirectConfig;
+use tasks::{Example, Split, TaskError};
 
-use crate::model::{Encoding, ModelConfig, PairLayout};
+use crate::model::{DeltaInit, Encoding, ModelConfig, PairLayout, TapaPhase};
 
 /// Error for an invalid configuration value: one line naming the field and its allowed range.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -66,6 +68,13 @@ pub const FIELDS: &[&str] = &[
     "eval_every",
     "eval_batches",
     "seed",
+    "pope_delta_init",
+    "tapa_rho",
+    "tapa_alpha",
+    "tapa_phase",
+    "min_letters",
+    "max_letters",
+    "max_shift",
 ];
 
 /// Task family of a run.
@@ -74,6 +83,74 @@ pub const FIELDS: &[&str] = &[
 pub enum TaskKind {
     /// Block-structured sequences (SCIENCE.md §2), variant chosen by `variant`.
     Block,
+    /// Indirect indexing (PoPE's diagnostic, SCIENCE.md §2): `min_letters`, `max_letters`,
+    /// `max_shift`, `seq_len`; `vocab_size` must be at least the task's character vocabulary.
+    Indirect,
+}
+
+impl TaskKind {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            TaskKind::Block => "block",
+            TaskKind::Indirect => "indirect",
+        }
+    }
+}
+
+/// A run's data generator.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TaskGen {
+    /// Block task.
+    Block(BlockConfig),
+    /// Indirect indexing.
+    Indirect(IndirectConfig),
+}
+
+impl TaskGen {
+    /// Examples `index0..index0+n` of `split` for `seed` (see the `tasks` crate).
+    pub fn batch(
+        &self,
+        seed: u64,
+        split: Split,
+        index0: u64,
+        n: usize,
+    ) -> Result<Vec<Example>, TaskError> {
+        match self {
+            TaskGen::Block(c) => c.batch(seed, split, index0, n),
+            TaskGen::Indirect(c) => c.batch(seed, split, index0, n),
+        }
+    }
+
+    /// Validate the generator's own parameters.
+    pub fn validate(&self) -> Result<(), TaskError> {
+        match self {
+            TaskGen::Block(c) => c.validate(),
+            TaskGen::Indirect(c) => c.validate(),
+        }
+    }
+}
+
+fn default_delta_init() -> DeltaInit {
+    DeltaInit::Zero
+}
+fn default_tapa_rho() -> f64 {
+    0.5
+}
+fn default_tapa_alpha() -> f64 {
+    0.1
+}
+fn default_tapa_phase() -> TapaPhase {
+    TapaPhase::Quadratic
+}
+fn default_min_letters() -> usize {
+    20
+}
+fn default_max_letters() -> usize {
+    40
+}
+fn default_max_shift() -> usize {
+    15
 }
 
 /// Every setting of one training run. Units: lengths in tokens, `lr` per step.
@@ -132,6 +209,27 @@ pub struct RunConfig {
     pub eval_batches: usize,
     /// Seed for data (train and eval streams derived from it) and initial weights.
     pub seed: u64,
+    /// PoPE: initialisation of the phase bias δ (`zero` or `uniform` in [−2π, 0]).
+    #[serde(default = "default_delta_init")]
+    pub pope_delta_init: DeltaInit,
+    /// TAPA: amplitude fraction ρ of each head, in (0, 1).
+    #[serde(default = "default_tapa_rho")]
+    pub tapa_rho: f64,
+    /// TAPA: distance exponent α.
+    #[serde(default = "default_tapa_alpha")]
+    pub tapa_alpha: f64,
+    /// TAPA: `quadratic` (the paper) or `linear` (ablation) phase.
+    #[serde(default = "default_tapa_phase")]
+    pub tapa_phase: TapaPhase,
+    /// Indirect indexing: fewest letters in the source string.
+    #[serde(default = "default_min_letters")]
+    pub min_letters: usize,
+    /// Indirect indexing: most letters in the source string.
+    #[serde(default = "default_max_letters")]
+    pub max_letters: usize,
+    /// Indirect indexing: largest absolute shift.
+    #[serde(default = "default_max_shift")]
+    pub max_shift: usize,
 }
 
 impl RunConfig {
@@ -202,9 +300,27 @@ impl RunConfig {
                 "must be a finite number > 1",
             ));
         }
-        self.block_task()
-            .validate()
+        if !(self.tapa_rho > 0.0 && self.tapa_rho < 1.0) {
+            return Err(ConfigError::new(
+                "tapa_rho",
+                self.tapa_rho,
+                "must be in (0, 1)",
+            ));
+        }
+        finite_range("tapa_alpha", self.tapa_alpha, 0.0, 10.0)?;
+        let task = self.task();
+        task.validate()
             .map_err(|e| ConfigError::Task(e.to_string()))?;
+        if let TaskGen::Indirect(_) = task {
+            let need = tasks::indirect::vocab_size();
+            if self.vocab_size < need {
+                return Err(ConfigError::new(
+                    "vocab_size",
+                    self.vocab_size,
+                    format!("must be ≥ {need} (the indirect task's character vocabulary)"),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -213,7 +329,20 @@ impl RunConfig {
         self.d_model / self.n_heads.max(1)
     }
 
-    /// The block-task generator config.
+    /// The run's data generator.
+    pub fn task(&self) -> TaskGen {
+        match self.task {
+            TaskKind::Block => TaskGen::Block(self.block_task()),
+            TaskKind::Indirect => TaskGen::Indirect(IndirectConfig {
+                min_letters: self.min_letters,
+                max_letters: self.max_letters,
+                max_shift: self.max_shift,
+                seq_len: self.seq_len,
+            }),
+        }
+    }
+
+    /// The block-task generator config (meaningful when `task = block`).
     pub fn block_task(&self) -> BlockConfig {
         BlockConfig {
             variant: self.variant,
@@ -235,12 +364,51 @@ impl RunConfig {
             encoding: self.encoding,
             rope_base: self.rope_base,
             pair_layout: self.pair_layout,
+            pope_delta_init: self.pope_delta_init,
+            tapa_rho: self.tapa_rho,
+            tapa_alpha: self.tapa_alpha,
+            tapa_phase: self.tapa_phase,
         }
     }
 
-    /// Dependency width `W` of the run's data in tokens (`W = B` for the block task, SCIENCE.md §2).
+    /// Dependency width `W` of the run's data in tokens (SCIENCE.md §2): `B` for the block task;
+    /// for indirect indexing, the largest distance between the answer and the letter it is
+    /// retrieved from (`max_letters + max_shift`-ish: the source string's length bound
+    /// `max_letters`).
     pub fn dep_width(&self) -> usize {
-        self.block_task().dep_width()
+        match self.task {
+            TaskKind::Block => self.block_task().dep_width(),
+            TaskKind::Indirect => self.max_letters,
+        }
+    }
+
+    /// How the probe reads this run's encoding.
+    pub fn probe_kind(&self) -> crate::probe::ProbeKind {
+        match self.encoding {
+            Encoding::Nope | Encoding::Rope => crate::probe::ProbeKind::Rope(self.pair_layout),
+            Encoding::Pope => crate::probe::ProbeKind::Pope,
+            Encoding::Tapa => crate::probe::ProbeKind::Tapa {
+                amp_dim: crate::model::Tapa::new(
+                    self.head_dim(),
+                    self.tapa_rho,
+                    self.tapa_alpha,
+                    self.tapa_phase,
+                )
+                .amp_dim,
+                linear_phase: self.tapa_phase == TapaPhase::Linear,
+            },
+        }
+    }
+
+    /// Frequencies (radians per token) the probe reports energy for, in `freq_index` order.
+    pub fn freq_grid(&self) -> Vec<f64> {
+        match self.encoding {
+            Encoding::Nope | Encoding::Rope => {
+                crate::model::rope::inv_freq(self.head_dim(), self.rope_base)
+            }
+            Encoding::Pope => crate::model::pope::pope_freqs(self.head_dim(), self.rope_base),
+            Encoding::Tapa => crate::probe::tapa_bins(),
+        }
     }
 
     /// Canonical JSON: the serde field order of this struct, compact.
@@ -301,6 +469,13 @@ pub(crate) mod tests {
             eval_every: 2,
             eval_batches: 1,
             seed: 0,
+            pope_delta_init: DeltaInit::Zero,
+            tapa_rho: 0.5,
+            tapa_alpha: 0.1,
+            tapa_phase: TapaPhase::Quadratic,
+            min_letters: 20,
+            max_letters: 40,
+            max_shift: 15,
         }
     }
 

@@ -8,7 +8,10 @@
 #![warn(missing_docs)]
 
 pub mod analysis;
+pub mod checkpoint;
 pub mod config;
+pub mod eval;
+pub mod generate;
 pub mod model;
 pub mod probe;
 pub mod results;

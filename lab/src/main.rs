@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use lab::config::RunConfig;
+use lab::model::scaling::{RopeScaling, ScalingKind, scaled_inv_freq};
 use lab::results::tables::RunMeta;
 use lab::sweep::{self, Backend, SweepOptions};
 
@@ -52,6 +53,47 @@ enum Cmd {
         #[arg(long)]
         no_progress: bool,
     },
+    /// Print a task's examples as JSON lines (input, target, mask, parameters; text where the task has one).
+    #[command(
+        after_help = "Examples:\n  lab gen block --param variant=recall --param block_len=8 --n 3\n  lab gen indirect --n 5 --seed 1"
+    )]
+    Gen {
+        /// Task: block or indirect.
+        task: String,
+        /// Task parameter, key=value (repeatable). block: variant, vocab_size, seq_len, block_len, noise; indirect: min_letters, max_letters, max_shift, seq_len.
+        #[arg(long = "param", value_name = "KEY=VALUE")]
+        params: Vec<String>,
+        /// Number of examples.
+        #[arg(long, default_value_t = 5)]
+        n: usize,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Split: train or eval (disjoint random streams).
+        #[arg(long, value_enum, default_value_t = SplitArg::Train)]
+        split: SplitArg,
+    },
+    /// RoPE utilities.
+    Rope {
+        #[command(subcommand)]
+        command: RopeCmd,
+    },
+    /// Evaluate a trained run (its folder results/<sweep>/runs/<id>, or a checkpoint) at another length, with any RoPE scaling.
+    #[command(
+        after_help = "Examples:\n  lab eval results/block-width/runs/<id> --seq-len 256\n  lab eval results/block-width/runs/<id> --seq-len 512 --scaling yarn --factor 4 --set block_len=32"
+    )]
+    Eval {
+        /// Run folder or checkpoint folder (holding config.json and model.safetensors).
+        checkpoint: PathBuf,
+        /// Context length to evaluate at, tokens.
+        #[arg(long)]
+        seq_len: usize,
+        #[command(flatten)]
+        scaling: ScalingArgs,
+        /// Override a config field for the evaluation data, key=value (repeatable), e.g. block_len=32.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+    },
     /// Train one run from a config file and write its tables (used by `lab sweep` for each run).
     #[command(hide = true)]
     RunOne {
@@ -71,6 +113,78 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
     },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum SplitArg {
+    Train,
+    Eval,
+}
+
+#[derive(Subcommand)]
+enum RopeCmd {
+    /// Print the inverse frequencies and attention factor of a RoPE scaling as JSON
+    /// (`{"inv_freq": [...], "attention_factor": x}`; Hugging Face modeling_rope_utils definitions).
+    #[command(
+        after_help = "Example:\n  lab rope freqs --head-dim 128 --base 10000 --scaling yarn --factor 8 --original-max-len 4096"
+    )]
+    Freqs {
+        /// Head dimension d (even).
+        #[arg(long)]
+        head_dim: usize,
+        /// RoPE base.
+        #[arg(long, default_value_t = 10000.0)]
+        base: f64,
+        #[command(flatten)]
+        scaling: ScalingArgs,
+        /// Original (training) context length L₀.
+        #[arg(long, default_value_t = 2048)]
+        original_max_len: usize,
+    },
+}
+
+#[derive(clap::Args)]
+struct ScalingArgs {
+    /// Frequency scaling.
+    #[arg(long, value_enum, default_value_t = ScalingKind::None)]
+    scaling: ScalingKind,
+    /// Scale factor s.
+    #[arg(long, default_value_t = 1.0)]
+    factor: f64,
+    /// Current sequence length (dynamic NTK).
+    #[arg(long)]
+    scaling_seq_len: Option<usize>,
+    /// YaRN β_fast (rotations).
+    #[arg(long, default_value_t = 32.0)]
+    beta_fast: f64,
+    /// YaRN β_slow (rotations).
+    #[arg(long, default_value_t = 1.0)]
+    beta_slow: f64,
+    /// YaRN: do not round the correction range (HF truncate = false).
+    #[arg(long)]
+    no_truncate: bool,
+    /// Llama 3 low-frequency factor.
+    #[arg(long, default_value_t = 1.0)]
+    low_freq_factor: f64,
+    /// Llama 3 high-frequency factor.
+    #[arg(long, default_value_t = 4.0)]
+    high_freq_factor: f64,
+}
+
+impl ScalingArgs {
+    fn to_scaling(&self, original_max_len: usize) -> RopeScaling {
+        RopeScaling {
+            kind: self.scaling,
+            factor: self.factor,
+            original_max_len,
+            seq_len: self.scaling_seq_len,
+            beta_fast: self.beta_fast,
+            beta_slow: self.beta_slow,
+            truncate: !self.no_truncate,
+            low_freq_factor: self.low_freq_factor,
+            high_freq_factor: self.high_freq_factor,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -141,6 +255,58 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 ExitCode::SUCCESS
             })
+        }
+        Cmd::Gen {
+            task,
+            params,
+            n,
+            seed,
+            split,
+        } => {
+            let split = match split {
+                SplitArg::Train => lab::tasks::Split::Train,
+                SplitArg::Eval => lab::tasks::Split::Eval,
+            };
+            for line in lab::generate::gen_lines(&task, &params, n, seed, split)? {
+                println!("{line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Rope {
+            command:
+                RopeCmd::Freqs {
+                    head_dim,
+                    base,
+                    scaling,
+                    original_max_len,
+                },
+        } => {
+            let freqs = scaled_inv_freq(head_dim, base, &scaling.to_scaling(original_max_len))?;
+            println!("{}", serde_json::to_string(&freqs)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Eval {
+            checkpoint,
+            seq_len,
+            scaling,
+            overrides,
+        } => {
+            let req = lab::eval::EvalRequest {
+                seq_len,
+                scaling: scaling.to_scaling(0),
+                overrides,
+            };
+            let out = lab::eval::eval_checkpoint(&checkpoint, &req, &Backend::Cpu.device())?;
+            println!(
+                "{}",
+                serde_json::json!({
+                    "eval_id": out.eval_id, "seq_len": out.config.seq_len,
+                    "train_seq_len": out.train_seq_len, "scaling": req.scaling.kind,
+                    "factor": req.scaling.factor, "attention_factor": out.attention_factor,
+                    "loss": out.loss, "accuracy": out.accuracy, "effective_freq": out.effective_freq,
+                })
+            );
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::RunOne {
             config,

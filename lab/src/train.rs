@@ -247,8 +247,9 @@ pub struct Evaluation {
 pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evaluation {
     let start = Instant::now();
     let model = model.valid();
-    let task = cfg.block_task();
-    let theta = crate::model::rope::inv_freq(cfg.head_dim(), cfg.rope_base);
+    let task = cfg.task();
+    let theta = cfg.freq_grid();
+    let kind = cfg.probe_kind();
     let eval_device = device.clone().inner();
     let (mut loss_sum, mut correct, mut scored) = (0.0f64, 0.0f64, 0usize);
     let mut energy_sum: Vec<Vec<Vec<f64>>> = Vec::new();
@@ -285,7 +286,7 @@ pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evalua
             cfg.n_heads,
             cfg.seq_len,
             cfg.head_dim(),
-            cfg.pair_layout,
+            kind,
         );
         batch_theta.push(probe::effective_freq(
             &probe::pooled_spectrum(&energy),
@@ -373,17 +374,18 @@ pub struct TrainOutcome {
 }
 
 /// Train a model for `cfg` on `device` (an autodiff device is made from it). `progress` is
-/// called after every step with `(step, steps, train_loss)`.
+/// called after every step with `(step, steps, train_loss)`. Returns the outcome and the final
+/// model (as of the last completed step).
 pub fn train(
     cfg: &RunConfig,
     device: &Device,
     progress: &mut dyn FnMut(usize, usize, f64),
-) -> TrainOutcome {
+) -> (TrainOutcome, Transformer) {
     let start = Instant::now();
     let ad_device = device.clone().autodiff();
     let mut model = cfg.model().init(cfg.seed, &ad_device);
     let mut opt = AdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
-    let task = cfg.block_task();
+    let task = cfg.task();
     let mut curves = Vec::new();
     let mut spectra = Vec::new();
     let mut step_ms = Vec::with_capacity(cfg.steps);
@@ -450,7 +452,9 @@ pub fn train(
             break;
         }
         let lr = lr_at(step, cfg);
-        model = opt.step(model, lr, grads, clip_factor(norm, cfg.grad_clip));
+        model = opt
+            .step(model, lr, grads, clip_factor(norm, cfg.grad_clip))
+            .project();
         step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
         curves.push(CurvePoint {
             step: step + 1,
@@ -474,7 +478,7 @@ pub fn train(
     }
     let train_s: f64 = step_ms.iter().sum::<f64>() / 1e3;
     let tokens = (step_ms.len() * cfg.batch_size * cfg.seq_len) as f64;
-    TrainOutcome {
+    let outcome = TrainOutcome {
         status,
         curves,
         spectra,
@@ -484,7 +488,8 @@ pub fn train(
         ms_per_step: median(&mut step_ms),
         tokens_per_s: if train_s > 0.0 { tokens / train_s } else { 0.0 },
         probe_ms: probe_ms.iter().sum::<f64>() / probe_ms.len().max(1) as f64,
-    }
+    };
+    (outcome, model)
 }
 
 /// Median of `xs` (0 when empty).
@@ -568,7 +573,7 @@ mod tests {
         c.eval_every = 15;
         c.lr = 1e-2;
         c.warmup_steps = 3;
-        let out = train(&c, &Device::flex(), &mut |_, _, _| {});
+        let (out, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
         assert_eq!(out.status, RunStatus::Done);
         let first = out.curves.iter().find(|p| p.split == "train").unwrap().loss;
         // Untrained: loss ≈ ln(vocab) = ln 16 ≈ 2.77.
@@ -589,8 +594,8 @@ mod tests {
     fn same_seed_same_numbers() {
         let mut c = tiny();
         c.steps = 5;
-        let a = train(&c, &Device::flex(), &mut |_, _, _| {});
-        let b = train(&c, &Device::flex(), &mut |_, _, _| {});
+        let (a, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
+        let (b, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
         let la: Vec<f64> = a.curves.iter().map(|p| p.loss).collect();
         let lb: Vec<f64> = b.curves.iter().map(|p| p.loss).collect();
         assert_eq!(la, lb);

@@ -12,6 +12,9 @@
 //! Tasks:
 //! - [`block`]: block-structured sequences of width `B` (`copy` and `recall`), the
 //!   dependency-width knob of SCIENCE.md section 2.
+//! - [`indirect`]: indirect indexing, the PoPE diagnostic (find a query letter in a string of
+//!   distinct letters, step a signed shift, emit the letter there); character-level tokens, one
+//!   scored token per example.
 //!
 //! # Random streams
 //!
@@ -35,6 +38,7 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod indirect;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;

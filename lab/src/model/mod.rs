@@ -12,7 +12,10 @@
 //! residual output projections scaled by `1/√(2·n_layers)`, norm gains 1.
 
 pub mod nope;
+pub mod pope;
 pub mod rope;
+pub mod scaling;
+pub mod tapa;
 
 use burn::module::{Module, Param};
 use burn::tensor::activation::{gelu, softmax};
@@ -24,7 +27,9 @@ use rand_distr::{Distribution, Normal};
 use serde::{Deserialize, Serialize};
 
 pub use nope::Nope;
+pub use pope::{DeltaInit, Pope};
 pub use rope::{PairLayout, Rope};
+pub use tapa::{Tapa, TapaPhase};
 
 /// Which positional encoding the attention uses (SCIENCE.md §1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -34,6 +39,10 @@ pub enum Encoding {
     Nope,
     /// Rotary position embedding, `θ_i = rope_base^(−2i/d)`.
     Rope,
+    /// Polar coordinate position embedding, `θ_c = rope_base^(−(c−1)/d)`.
+    Pope,
+    /// Token-aware phase attention.
+    Tapa,
 }
 
 impl Encoding {
@@ -42,12 +51,16 @@ impl Encoding {
         match self {
             Encoding::Nope => "nope",
             Encoding::Rope => "rope",
+            Encoding::Pope => "pope",
+            Encoding::Tapa => "tapa",
         }
     }
 
-    /// Whether the encoding rotates q/k by position (so its frequency spectrum is meaningful).
+    /// Whether the encoding's score has position frequencies (so its spectrum is meaningful and
+    /// the law is fitted on it): RoPE and PoPE. (TAPA's frequencies are per token pair and per
+    /// unit of `|m−n|^α`; NoPE has none.)
     pub fn is_rotary(self) -> bool {
-        matches!(self, Encoding::Rope)
+        matches!(self, Encoding::Rope | Encoding::Pope)
     }
 }
 
@@ -70,6 +83,14 @@ pub struct ModelConfig {
     pub rope_base: f64,
     /// RoPE pair layout.
     pub pair_layout: PairLayout,
+    /// PoPE: initialisation of the phase bias δ.
+    pub pope_delta_init: DeltaInit,
+    /// TAPA: amplitude fraction ρ of each head.
+    pub tapa_rho: f64,
+    /// TAPA: distance exponent α.
+    pub tapa_alpha: f64,
+    /// TAPA: phase form.
+    pub tapa_phase: TapaPhase,
 }
 
 impl ModelConfig {
@@ -105,7 +126,7 @@ impl ModelConfig {
                 mlp_norm: ones(d, device),
                 w_in: normal([d, self.d_ff], std),
                 w_out: normal([self.d_ff, d], resid_std),
-                positional: PositionalAttention::new(self),
+                positional: PositionalAttention::new(self, seed, device),
                 n_heads: self.n_heads,
             });
         }
@@ -132,29 +153,66 @@ pub enum PositionalAttention {
     Nope(Nope),
     /// See [`Rope`].
     Rope(Rope),
+    /// See [`Pope`].
+    Pope(Pope),
+    /// See [`Tapa`].
+    Tapa(Tapa),
 }
 
 impl PositionalAttention {
-    /// The variant for `config.encoding`.
-    pub fn new(config: &ModelConfig) -> Self {
+    /// The variant for `config.encoding` (PoPE's δ drawn from `seed` when uniform).
+    pub fn new(config: &ModelConfig, seed: u64, device: &Device) -> Self {
+        let d = config.head_dim();
         match config.encoding {
-            Encoding::Nope => PositionalAttention::Nope(Nope::new(config.head_dim())),
-            Encoding::Rope => PositionalAttention::Rope(Rope::new(
-                config.head_dim(),
+            Encoding::Nope => PositionalAttention::Nope(Nope::new(d)),
+            Encoding::Rope => {
+                PositionalAttention::Rope(Rope::new(d, config.rope_base, config.pair_layout))
+            }
+            Encoding::Pope => PositionalAttention::Pope(Pope::new(
+                d,
+                config.n_heads,
                 config.rope_base,
-                config.pair_layout,
+                config.pope_delta_init,
+                seed,
+                device,
             )),
+            Encoding::Tapa => PositionalAttention::Tapa(Tapa::new(
+                d,
+                config.tapa_rho,
+                config.tapa_alpha,
+                config.tapa_phase,
+            )),
+        }
+    }
+
+    /// Apply a RoPE frequency scaling (evaluation at other lengths). Other encodings are
+    /// returned unchanged: PoPE and TAPA are evaluated as trained.
+    pub fn with_scaling(self, freqs: &scaling::ScaledFreqs) -> Self {
+        match self {
+            PositionalAttention::Rope(r) => PositionalAttention::Rope(r.with_freqs(freqs)),
+            other => other,
+        }
+    }
+
+    /// Keep constrained parameters in range (PoPE's δ ∈ [−2π, 0]); identity otherwise.
+    pub fn project(self) -> Self {
+        match self {
+            PositionalAttention::Pope(p) => PositionalAttention::Pope(p.clamp_delta()),
+            other => other,
         }
     }
 
     /// Attention logits before mask and softmax.
     ///
     /// `q`, `k`: `[batch, heads, seq, head_dim]` (query and key positions `0..seq`).
-    /// Returns `[batch, heads, seq_q, seq_k]`, already scaled (by `1/√head_dim` for NoPE/RoPE).
+    /// Returns `[batch, heads, seq_q, seq_k]`, already scaled (`1/√head_dim` for NoPE, RoPE and
+    /// PoPE; TAPA's own normalisation).
     pub fn scores(&self, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {
         match self {
             PositionalAttention::Nope(p) => p.scores(q, k),
             PositionalAttention::Rope(p) => p.scores(q, k),
+            PositionalAttention::Pope(p) => p.scores(q, k),
+            PositionalAttention::Tapa(p) => p.scores(q, k),
         }
     }
 }
@@ -249,6 +307,32 @@ pub struct Transformer {
 }
 
 impl Transformer {
+    /// Project constrained parameters back into range (after an optimiser step).
+    pub fn project(mut self) -> Self {
+        self.blocks = self
+            .blocks
+            .into_iter()
+            .map(|mut b| {
+                b.positional = b.positional.project();
+                b
+            })
+            .collect();
+        self
+    }
+
+    /// Apply a RoPE frequency scaling to every layer (see [`PositionalAttention::with_scaling`]).
+    pub fn with_scaling(mut self, freqs: &scaling::ScaledFreqs) -> Self {
+        self.blocks = self
+            .blocks
+            .into_iter()
+            .map(|mut b| {
+                b.positional = b.positional.with_scaling(freqs);
+                b
+            })
+            .collect();
+        self
+    }
+
     /// Logits `[batch, seq, vocab]` for token ids `[batch, seq]`.
     pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
         self.forward_inner(tokens, None)

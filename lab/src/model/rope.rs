@@ -76,6 +76,10 @@ pub struct Rope {
     /// `θ_i`, `[d/2]`, radians per token.
     #[module(skip)]
     pub inv_freq: Vec<f64>,
+    /// Multiplier of the cos/sin tables (YaRN's attention factor; 1 otherwise), so scores scale
+    /// by its square, as in Hugging Face's rotary embedding.
+    #[module(skip)]
+    pub attention_factor: f64,
 }
 
 impl Rope {
@@ -85,7 +89,20 @@ impl Rope {
             head_dim,
             layout,
             inv_freq: inv_freq(head_dim, rope_base),
+            attention_factor: 1.0,
         }
+    }
+
+    /// Replace the frequencies by a scaling's (see [`crate::model::scaling`]).
+    pub fn with_freqs(mut self, freqs: &crate::model::scaling::ScaledFreqs) -> Self {
+        assert_eq!(
+            freqs.inv_freq.len(),
+            self.head_dim / 2,
+            "inv_freq must be [head_dim/2]"
+        );
+        self.inv_freq = freqs.inv_freq.clone();
+        self.attention_factor = freqs.attention_factor;
+        self
     }
 
     /// `(cos, sin)` tables `[seq, d/2]` of the angles `t·θ_i`, `t = 0..seq`.
@@ -96,8 +113,8 @@ impl Rope {
         for t in 0..seq {
             for &theta in &self.inv_freq {
                 let angle = t as f64 * theta;
-                cos.push(angle.cos() as f32);
-                sin.push(angle.sin() as f32);
+                cos.push((angle.cos() * self.attention_factor) as f32);
+                sin.push((angle.sin() * self.attention_factor) as f32);
             }
         }
         let device = like.device();

@@ -15,14 +15,66 @@
 //! A run's single `θ_eff` averages `p` over all layers and heads, then takes the log-mean
 //! ([`pooled_spectrum`]). For NoPE the same quantities are computed on the RoPE grid as a
 //! control (no rotation is applied, so they measure pair-norm structure only).
+//!
+//! PoPE (one frequency per component, `θ_c = base^(−(c−1)/d)`): the amplitude is
+//! `μ_q,c(t)·μ_k,c(s)` with `μ = softplus`, the same prefix sum applies. TAPA: the frequency of a
+//! token pair is `ω = 2π·(q_P·k_P)/√((1−ρ)d)` per unit of `|m−n|^α`; its energy is the
+//! amplitude² mass in log-spaced `|ω|` bins ([`tapa_bins`]), an O(L²) computation.
 
 use crate::model::PairLayout;
 use rayon::prelude::*;
 
-/// Sum over causal pairs `(t, s)`, `s ≤ t`, of `|q_i(t)|²·|k_i(s)|²`, for each pair `i`.
+/// Σ over causal pairs `(t, s)`, `s ≤ t`, of `a_q(t, f)·a_k(s, f)` for each frequency `f`.
 ///
-/// `q`, `k`: one head's vectors, row-major `[seq, head_dim]`. Returns `[head_dim/2]` sums (not
-/// yet divided by the number of pairs, so several sequences can be added). O(seq·head_dim).
+/// `aq`, `ak`: one head's squared amplitudes, row-major `[seq, n_freq]`. Returns `[n_freq]` sums
+/// (not yet divided by the number of pairs, so sequences can be added). O(seq·n_freq), by a
+/// prefix sum over keys.
+pub fn energy_sums(aq: &[f64], ak: &[f64], seq: usize, n_freq: usize) -> Vec<f64> {
+    assert_eq!(aq.len(), seq * n_freq, "aq must be [seq, n_freq]");
+    assert_eq!(ak.len(), seq * n_freq, "ak must be [seq, n_freq]");
+    let mut prefix_k = vec![0.0f64; n_freq];
+    let mut sums = vec![0.0f64; n_freq];
+    for t in 0..seq {
+        let row = t * n_freq..(t + 1) * n_freq;
+        for ((p, s), (&a_q, &a_k)) in prefix_k
+            .iter_mut()
+            .zip(sums.iter_mut())
+            .zip(aq[row.clone()].iter().zip(&ak[row]))
+        {
+            *p += a_k;
+            *s += a_q * *p;
+        }
+    }
+    sums
+}
+
+/// RoPE squared pair norms `|x_i(t)|²`, `[seq, head_dim/2]`, from one head's `x`: `[seq, head_dim]`.
+pub fn rope_amplitudes(x: &[f32], seq: usize, head_dim: usize, layout: PairLayout) -> Vec<f64> {
+    let n = head_dim / 2;
+    let dims: Vec<(usize, usize)> = (0..n).map(|i| layout.pair_dims(i, head_dim)).collect();
+    let mut out = Vec::with_capacity(seq * n);
+    for t in 0..seq {
+        let row = &x[t * head_dim..(t + 1) * head_dim];
+        for &(a, b) in &dims {
+            out.push(row[a] as f64 * row[a] as f64 + row[b] as f64 * row[b] as f64);
+        }
+    }
+    out
+}
+
+/// PoPE squared magnitudes `softplus(x_c(t))²`, `[seq, head_dim]` (PoPE paper, §3: `μ = softplus(x)`).
+pub fn pope_amplitudes(x: &[f32]) -> Vec<f64> {
+    x.iter()
+        .map(|&v| {
+            let v = v as f64;
+            let sp = if v > 30.0 { v } else { v.exp().ln_1p() };
+            sp * sp
+        })
+        .collect()
+}
+
+/// Sum over causal pairs of `|q_i(t)|²·|k_i(s)|²` per RoPE pair `i`, for one head
+/// (`q`, `k`: `[seq, head_dim]`); see [`energy_sums`].
 pub fn pair_energy_sums(
     q: &[f32],
     k: &[f32],
@@ -32,23 +84,96 @@ pub fn pair_energy_sums(
 ) -> Vec<f64> {
     assert_eq!(q.len(), seq * head_dim, "q must be [seq, head_dim]");
     assert_eq!(k.len(), seq * head_dim, "k must be [seq, head_dim]");
-    let n_pairs = head_dim / 2;
-    let dims: Vec<(usize, usize)> = (0..n_pairs)
-        .map(|i| layout.pair_dims(i, head_dim))
-        .collect();
-    let mut prefix_k = vec![0.0f64; n_pairs];
-    let mut sums = vec![0.0f64; n_pairs];
-    for t in 0..seq {
-        let row_q = &q[t * head_dim..(t + 1) * head_dim];
-        let row_k = &k[t * head_dim..(t + 1) * head_dim];
-        for (i, &(a, b)) in dims.iter().enumerate() {
-            let ak = row_k[a] as f64 * row_k[a] as f64 + row_k[b] as f64 * row_k[b] as f64;
-            prefix_k[i] += ak;
-            let aq = row_q[a] as f64 * row_q[a] as f64 + row_q[b] as f64 * row_q[b] as f64;
-            sums[i] += aq * prefix_k[i];
+    energy_sums(
+        &rope_amplitudes(q, seq, head_dim, layout),
+        &rope_amplitudes(k, seq, head_dim, layout),
+        seq,
+        head_dim / 2,
+    )
+}
+
+/// Centres of the TAPA phase-frequency bins: 24 log-spaced bins of `|ω|` between `10^−2` and
+/// `10^2` radians per unit of `|m−n|^α`; values outside fall into the end bins.
+pub fn tapa_bins() -> Vec<f64> {
+    let (lo, hi, n) = (-2.0f64, 2.0f64, 24);
+    (0..n)
+        .map(|i| 10f64.powf(lo + (i as f64 + 0.5) * (hi - lo) / n as f64))
+        .collect()
+}
+
+fn tapa_bin(omega: f64) -> usize {
+    let (lo, hi, n) = (-2.0f64, 2.0f64, 24usize);
+    let x = (omega.abs().max(1e-300).log10() - lo) / (hi - lo) * n as f64;
+    (x.floor().max(0.0) as usize).min(n - 1)
+}
+
+/// TAPA energy sums for one head (SCIENCE.md §3): for every causal pair `(m, n)` the phase
+/// frequency is `ω = 2π·(q_P·k_P)/√((1−ρ)d)` (or the linear-ablation phase) per unit of `|m−n|^α`,
+/// its amplitude `q_A·k_A/√(ρd)`; the amplitude² is added to the bin of `|ω|` ([`tapa_bins`]).
+/// O(seq²·head_dim): TAPA's frequency depends on the token pair.
+pub fn tapa_energy_sums(
+    q: &[f32],
+    k: &[f32],
+    seq: usize,
+    head_dim: usize,
+    amp_dim: usize,
+    linear_phase: bool,
+) -> Vec<f64> {
+    let p_dim = head_dim - amp_dim;
+    let (sa, sp) = ((amp_dim as f64).sqrt(), (p_dim as f64).sqrt());
+    let mut sums = vec![0.0f64; tapa_bins().len()];
+    for m in 0..seq {
+        let qm = &q[m * head_dim..(m + 1) * head_dim];
+        for n in 0..=m {
+            let kn = &k[n * head_dim..(n + 1) * head_dim];
+            let amp: f64 = (0..amp_dim)
+                .map(|j| qm[j] as f64 * kn[j] as f64)
+                .sum::<f64>()
+                / sa;
+            let phase: f64 = if linear_phase {
+                (amp_dim..head_dim)
+                    .map(|j| qm[j] as f64 + kn[j] as f64)
+                    .sum::<f64>()
+            } else {
+                (amp_dim..head_dim)
+                    .map(|j| qm[j] as f64 * kn[j] as f64)
+                    .sum::<f64>()
+            } / sp;
+            let omega = 2.0 * std::f64::consts::PI * phase;
+            sums[tapa_bin(omega)] += amp * amp;
         }
     }
     sums
+}
+
+/// What the probe needs to know about an encoding.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ProbeKind {
+    /// RoPE (and NoPE as a control on the same grid): squared pair norms.
+    Rope(PairLayout),
+    /// PoPE: squared softplus magnitudes per component.
+    Pope,
+    /// TAPA: binned token-pair phase frequencies.
+    Tapa {
+        /// Amplitude dimensions.
+        amp_dim: usize,
+        /// Linear-phase ablation.
+        linear_phase: bool,
+    },
+}
+
+impl ProbeKind {
+    /// Energy sums of one head (`q`, `k`: `[seq, head_dim]`).
+    pub fn head_energy_sums(&self, q: &[f32], k: &[f32], seq: usize, head_dim: usize) -> Vec<f64> {
+        match *self {
+            ProbeKind::Rope(layout) => pair_energy_sums(q, k, seq, head_dim, layout),
+            ProbeKind::Pope => energy_sums(&pope_amplitudes(q), &pope_amplitudes(k), seq, head_dim),
+            ProbeKind::Tapa {
+                amp_dim,
+                linear_phase,
+            } => tapa_energy_sums(q, k, seq, head_dim, amp_dim, linear_phase),
+        }
+    }
 }
 
 /// Number of causal pairs `(t, s)` with `0 ≤ s ≤ t < seq`: `seq(seq+1)/2`.
@@ -66,7 +191,7 @@ pub fn layer_head_energy(
     heads: usize,
     seq: usize,
     head_dim: usize,
-    layout: PairLayout,
+    kind: ProbeKind,
 ) -> Vec<Vec<Vec<f64>>> {
     let per_seq = seq * head_dim;
     let norm = (batch * n_causal_pairs(seq)) as f64;
@@ -76,16 +201,18 @@ pub fn layer_head_energy(
             (0..heads)
                 .into_par_iter()
                 .map(|h| {
-                    let mut total = vec![0.0f64; head_dim / 2];
+                    let mut total: Vec<f64> = Vec::new();
                     for b in 0..batch {
                         let off = (b * heads + h) * per_seq;
-                        let e = pair_energy_sums(
+                        let e = kind.head_energy_sums(
                             &q[off..off + per_seq],
                             &k[off..off + per_seq],
                             seq,
                             head_dim,
-                            layout,
                         );
+                        if total.is_empty() {
+                            total = vec![0.0; e.len()];
+                        }
                         for (t, x) in total.iter_mut().zip(e) {
                             *t += x;
                         }
@@ -257,7 +384,7 @@ mod tests {
         // batch 2, heads 2, seq 1, d 2: energy = a_q·a_k per (b, h), averaged over b.
         let q = vec![1.0, 0.0, 2.0, 0.0, 3.0, 0.0, 4.0, 0.0];
         let k = vec![1.0; 8];
-        let e = layer_head_energy(&[(q, k)], 2, 2, 1, 2, PairLayout::Adjacent);
+        let e = layer_head_energy(&[(q, k)], 2, 2, 1, 2, ProbeKind::Rope(PairLayout::Adjacent));
         // head 0: (1·2 + 9·2)/2 = 10; head 1: (4·2 + 16·2)/2 = 20.
         assert_eq!(e, vec![vec![vec![10.0], vec![20.0]]]);
     }

@@ -6,7 +6,6 @@ use arrow_array::RecordBatch;
 use super::TableBuilder;
 use crate::analysis::LawFit;
 use crate::config::RunConfig;
-use crate::model::rope::inv_freq;
 use crate::probe;
 use crate::train::{RunStatus, TrainOutcome};
 
@@ -124,7 +123,7 @@ pub fn curves_table(cfg: &RunConfig, out: &TrainOutcome) -> RecordBatch {
 
 /// The `spectrum` table of a run: one row per evaluation step, layer, head and rotary pair.
 pub fn spectrum_table(cfg: &RunConfig, out: &TrainOutcome) -> RecordBatch {
-    let theta = inv_freq(cfg.head_dim(), cfg.rope_base);
+    let theta = cfg.freq_grid();
     let (mut step, mut layer, mut head, mut idx, mut th, mut energy, mut frac) =
         (vec![], vec![], vec![], vec![], vec![], vec![], vec![]);
     for s in &out.spectra {

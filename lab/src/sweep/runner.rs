@@ -128,7 +128,11 @@ pub fn run_one(
 ) -> Result<TrainOutcome, SweepError> {
     std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;
     results::clean_temporaries(dir);
-    let out = train::train(cfg, &backend.device(), progress);
+    let (out, model) = train::train(cfg, &backend.device(), progress);
+    crate::checkpoint::save(&model, cfg, dir).map_err(|e| SweepError::Io {
+        context: "cannot save the checkpoint".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
     results::write_batch(&dir.join("curves.parquet"), &curves_table(cfg, &out))?;
     results::write_batch(&dir.join("spectrum.parquet"), &spectrum_table(cfg, &out))?;
     results::write_batch(&dir.join("runs.parquet"), &runs_row(cfg, meta, &out))?;
@@ -404,7 +408,8 @@ pub fn collect(
             let n = b.num_rows();
             let s = |c: &str| column::strings(b, c);
             let (id, status, enc, var) = (s("run_id"), s("status"), s("encoding"), s("variant"));
-            let (bl, seed) = (column::ints(b, "block_len"), column::ints(b, "seed"));
+            let task = s("task");
+            let (bl, seed) = (column::ints(b, "dep_width"), column::ints(b, "seed"));
             let (acc, th) = (
                 column::floats(b, "final_eval_accuracy"),
                 column::floats(b, "effective_freq"),
@@ -418,7 +423,10 @@ pub fn collect(
                     id: id[i].clone().unwrap_or_default(),
                     status: status[i].clone().unwrap_or_default(),
                     encoding: enc[i].clone().unwrap_or_default(),
-                    variant: var[i].clone().unwrap_or_default(),
+                    variant: match task[i].as_deref() {
+                        Some("block") | None => var[i].clone().unwrap_or_default(),
+                        Some(other) => other.to_string(),
+                    },
                     block_len: bl[i].unwrap_or(0),
                     seed: seed[i].unwrap_or(0),
                     acc: acc[i],
@@ -434,10 +442,11 @@ pub fn collect(
     let failed = records.iter().filter(|r| r.status != "done").count();
     let done: Vec<&RunRecord> = records.iter().filter(|r| r.status == "done").collect();
 
-    // Fits per (rotary encoding, variant).
+    // Fits per (rotary encoding, variant): RoPE and PoPE; NoPE is the control and TAPA's
+    // frequencies are per token pair (see `probe`), so neither is fitted.
     let mut groups: BTreeMap<(String, String), Vec<FitPoint>> = BTreeMap::new();
     for r in &done {
-        if r.encoding == "nope" {
+        if r.encoding == "nope" || r.encoding == "tapa" {
             continue;
         }
         if let Some(theta) = r.theta {
@@ -460,7 +469,7 @@ pub fn collect(
                 group: format!("{enc}/{var}"),
                 encoding: enc.clone(),
                 variant: var.clone(),
-                width_source: "block_len".into(),
+                width_source: "dep_width".into(),
                 fit,
             });
         }
@@ -490,25 +499,26 @@ fn summary_text(done: &[&RunRecord], fits: &[FitRow], failed: usize) -> String {
     }
     let mut s = String::new();
     s.push_str(&format!(
-        "{:<8} {:<6} {:>5} {:>5} {:>8} {:>18} {:>8} {:>16}\n",
-        "variant", "enc", "B", "runs", "acc", "θ_eff (± sd)", "π/B", "entropy init→end"
+        "{:<8} {:<6} {:>5} {:>5} {:>16} {:>18} {:>8} {:>16}\n",
+        "task", "enc", "W", "runs", "acc (± sd)", "θ_eff (± sd)", "π/W", "entropy init→end"
     ));
     for ((var, enc, b), rs) in &cells {
         let accs: Vec<f64> = rs.iter().filter_map(|r| r.acc).collect();
         let th: Vec<f64> = rs.iter().filter_map(|r| r.theta).collect();
         let e0: Vec<f64> = rs.iter().filter_map(|r| r.entropy_init).collect();
         let e1: Vec<f64> = rs.iter().filter_map(|r| r.entropy).collect();
-        let (am, _) = mean_sd(&accs);
+        let (am, asd) = mean_sd(&accs);
         let (tm, tsd) = mean_sd(&th);
         let (e0m, _) = mean_sd(&e0);
         let (e1m, _) = mean_sd(&e1);
         s.push_str(&format!(
-            "{:<8} {:<6} {:>5} {:>5} {:>8.3} {:>9.4} ± {:<6.4} {:>8.4} {:>7.2} → {:<6.2}\n",
+            "{:<8} {:<6} {:>5} {:>5} {:>7.3} ± {:<6.3} {:>9.4} ± {:<6.4} {:>8.4} {:>7.2} → {:<6.2}\n",
             var,
             enc,
             b,
             rs.len(),
             am,
+            asd,
             tm,
             tsd,
             std::f64::consts::PI / *b as f64,

@@ -1,0 +1,208 @@
+//! Evaluating a checkpoint at another context length, with any RoPE scaling (`lab eval`).
+//!
+//! The run's task is regenerated at the requested `seq_len` (optionally with other task
+//! parameters, e.g. a dilated `block_len`), from the held-out stream of the run's seed. For RoPE
+//! the frequencies are replaced by the requested scaling (original length = the training
+//! `seq_len`); PoPE, TAPA and NoPE are evaluated as trained. Results are one-row `evals` tables
+//! (schema in `results/README.md`) in `<checkpoint>/evals/<eval_id>.parquet`, merged into
+//! `<sweep folder>/evals.parquet` when the checkpoint lies in a sweep's `runs/` folder.
+
+use std::path::{Path, PathBuf};
+
+use arrow_array::RecordBatch;
+use burn::tensor::Device;
+
+use crate::checkpoint::{self, CheckpointError};
+use crate::config::{ConfigError, RunConfig};
+use crate::model::Encoding;
+use crate::model::scaling::{RopeScaling, ScalingError, ScalingKind, scaled_inv_freq};
+use crate::results::{self, ResultsError, TableBuilder};
+use crate::train;
+
+/// Errors of `lab eval`.
+#[derive(Debug, thiserror::Error)]
+pub enum EvalError {
+    /// Loading the checkpoint.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    /// An override or the new length is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The scaling parameters are invalid.
+    #[error(transparent)]
+    Scaling(#[from] ScalingError),
+    /// Writing tables.
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    /// A `--set key=value` that is not a config field or does not parse.
+    #[error("--set {0}")]
+    Override(String),
+}
+
+/// What to evaluate.
+#[derive(Clone, Debug)]
+pub struct EvalRequest {
+    /// Context length of the evaluation, tokens.
+    pub seq_len: usize,
+    /// RoPE scaling (`kind = none` for plain). `original_max_len` is set to the training length.
+    pub scaling: RopeScaling,
+    /// Task parameter overrides, `key=value` (config field names).
+    pub overrides: Vec<String>,
+}
+
+/// Result of one evaluation.
+#[derive(Clone, Debug)]
+pub struct EvalOutcome {
+    /// The config evaluated (training config with the new length and overrides).
+    pub config: RunConfig,
+    /// Training context length.
+    pub train_seq_len: usize,
+    /// Loss on scored positions, nats.
+    pub loss: f64,
+    /// Accuracy on scored positions.
+    pub accuracy: f64,
+    /// θ_eff of the pooled spectrum at this length (on the unscaled grid).
+    pub effective_freq: f64,
+    /// RoPE attention factor applied.
+    pub attention_factor: f64,
+    /// Identity of this evaluation (hash of run id, length, scaling, overrides).
+    pub eval_id: String,
+}
+
+/// Apply `key=value` overrides to a config (values parsed as TOML scalars).
+pub fn apply_overrides(cfg: &RunConfig, overrides: &[String]) -> Result<RunConfig, EvalError> {
+    let mut value = toml::Value::try_from(cfg).expect("config serialises to TOML");
+    let table = value.as_table_mut().expect("config is a table");
+    for o in overrides {
+        let (k, v) = o
+            .split_once('=')
+            .ok_or_else(|| EvalError::Override(format!("{o}: expected key=value")))?;
+        let k = k.trim();
+        if !crate::config::FIELDS.contains(&k) {
+            return Err(EvalError::Override(format!(
+                "{o}: unknown key `{k}`{}",
+                crate::sweep::spec::did_you_mean(k, crate::config::FIELDS.iter().copied())
+            )));
+        }
+        let parsed: toml::Value = format!("x = {}", v.trim())
+            .parse::<toml::Table>()
+            .map(|mut t| t.remove("x").unwrap())
+            .unwrap_or_else(|_| toml::Value::String(v.trim().to_string()));
+        table.insert(k.to_string(), parsed);
+    }
+    let out: RunConfig = value
+        .try_into()
+        .map_err(|e: toml::de::Error| EvalError::Override(e.message().replace('\n', " ")))?;
+    Ok(out)
+}
+
+/// Evaluate the checkpoint at `path` (see module docs) and write its `evals` row.
+pub fn eval_checkpoint(
+    path: &Path,
+    req: &EvalRequest,
+    device: &Device,
+) -> Result<EvalOutcome, EvalError> {
+    let (train_cfg, model) = checkpoint::load(path, device)?;
+    let mut cfg = apply_overrides(&train_cfg, &req.overrides)?;
+    cfg.seq_len = req.seq_len;
+    cfg.validate()?;
+    let mut scaling = req.scaling.clone();
+    scaling.original_max_len = train_cfg.seq_len;
+    if scaling.kind == ScalingKind::Dynamic && scaling.seq_len.is_none() {
+        scaling.seq_len = Some(req.seq_len);
+    }
+    let freqs = scaled_inv_freq(cfg.head_dim(), cfg.rope_base, &scaling)?;
+    let model = if cfg.encoding == Encoding::Rope {
+        model.with_scaling(&freqs)
+    } else {
+        model
+    };
+    let ev = train::evaluate(&model, &cfg, device);
+    let eval_id = {
+        let mut h = blake3::Hasher::new();
+        h.update(train_cfg.run_id().as_bytes());
+        h.update(cfg.canonical_json().as_bytes());
+        h.update(serde_json::to_string(&scaling).unwrap().as_bytes());
+        h.finalize().to_hex()[..16].to_string()
+    };
+    let out = EvalOutcome {
+        train_seq_len: train_cfg.seq_len,
+        loss: ev.loss,
+        accuracy: ev.accuracy,
+        effective_freq: ev.summary.effective_freq,
+        attention_factor: if cfg.encoding == Encoding::Rope {
+            freqs.attention_factor
+        } else {
+            1.0
+        },
+        eval_id,
+        config: cfg,
+    };
+    let dir = checkpoint_dir(path);
+    let table = evals_row(&train_cfg, &out, &scaling);
+    results::write_batch(
+        &dir.join("evals").join(format!("{}.parquet", out.eval_id)),
+        &table,
+    )?;
+    // In a sweep folder (…/runs/<id>/), refresh the sweep-level evals table.
+    if let Some(runs) = dir
+        .parent()
+        .filter(|p| p.file_name().is_some_and(|n| n == "runs"))
+    {
+        let sweep_dir = runs.parent().unwrap_or(Path::new("."));
+        let mut files: Vec<PathBuf> = std::fs::read_dir(runs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .flat_map(|run| {
+                std::fs::read_dir(run.path().join("evals"))
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+            })
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+            .collect();
+        files.sort();
+        results::merge_tables(&files, &sweep_dir.join("evals.parquet"))?;
+    }
+    Ok(out)
+}
+
+fn checkpoint_dir(path: &Path) -> PathBuf {
+    if path.is_file() {
+        path.parent().unwrap_or(Path::new(".")).to_path_buf()
+    } else {
+        path.to_path_buf()
+    }
+}
+
+/// The one-row `evals` table.
+pub fn evals_row(train_cfg: &RunConfig, out: &EvalOutcome, scaling: &RopeScaling) -> RecordBatch {
+    let kind = serde_json::to_value(scaling.kind)
+        .unwrap()
+        .as_str()
+        .unwrap()
+        .to_string();
+    TableBuilder::new(1)
+        .str("run_id", vec![train_cfg.run_id()])
+        .str("eval_id", vec![out.eval_id.clone()])
+        .str("task", vec![out.config.task.name().to_string()])
+        .str("encoding", vec![out.config.encoding.name().to_string()])
+        .i64("train_seq_len", vec![out.train_seq_len as i64])
+        .i64("seq_len", vec![out.config.seq_len as i64])
+        .f64(
+            "length_ratio",
+            vec![out.config.seq_len as f64 / out.train_seq_len as f64],
+        )
+        .i64("block_len", vec![out.config.block_len as i64])
+        .str("scaling", vec![kind])
+        .f64("factor", vec![scaling.factor])
+        .f64("attention_factor", vec![out.attention_factor])
+        .f64("loss", vec![out.loss])
+        .f64("accuracy", vec![out.accuracy])
+        .f64("effective_freq", vec![out.effective_freq])
+        .i64("seed", vec![train_cfg.seed as i64])
+        .str("config_json", vec![out.config.canonical_json()])
+        .build()
+}

@@ -1,0 +1,153 @@
+//! TAPA: token-aware phase attention (Wang, Shen, Munos, Zhan, Tian, *Positional Encoding via
+//! Token-Aware Phase Attention*, arXiv 2509.12635, §3; SCIENCE.md §1).
+//!
+//! Each head is split into an amplitude part (`q_A, k_A`: the first `ρ·d` dimensions) and a phase
+//! part (`q_P, k_P`: the rest). The score of query position `m` and key position `n` is
+//!
+//! `(q_A·k_A / √(ρd)) · cos(2π · |m − n|^α · (q_P·k_P) / √((1−ρ)d))`,
+//!
+//! with `ρ = 0.5` and `α = 0.1` (an exponent on the distance) by default. The phase frequency is
+//! token-aware (it depends on `q_P·k_P`), and TAPA has no parameters of its own. The
+//! linear-phase ablation replaces `q_P·k_P` by `Σ_j q_P,j + Σ_j k_P,j` (same normalisation).
+
+use burn::module::Module;
+use burn::tensor::{Device, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+
+/// Phase form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TapaPhase {
+    /// `q_P·k_P` (the paper's quadratic phase).
+    Quadratic,
+    /// `Σ q_P + Σ k_P` (the linear-phase ablation).
+    Linear,
+}
+
+/// TAPA score function (no parameters).
+#[derive(Module, Debug)]
+pub struct Tapa {
+    /// Per-head dimension `d`.
+    pub head_dim: usize,
+    /// Amplitude dimensions `round(ρ·d)`, at least 1 and at most `d − 1`.
+    pub amp_dim: usize,
+    /// Distance exponent α.
+    pub alpha: f64,
+    /// Phase form.
+    #[module(skip)]
+    pub phase: TapaPhase,
+}
+
+impl Tapa {
+    /// TAPA with amplitude fraction `rho` and exponent `alpha`.
+    pub fn new(head_dim: usize, rho: f64, alpha: f64, phase: TapaPhase) -> Self {
+        let amp_dim = ((rho * head_dim as f64).round() as usize).clamp(1, head_dim - 1);
+        Self {
+            head_dim,
+            amp_dim,
+            alpha,
+            phase,
+        }
+    }
+
+    /// Phase dimensions `d − amp_dim`.
+    pub fn phase_dim(&self) -> usize {
+        self.head_dim - self.amp_dim
+    }
+
+    /// `|m − n|^α` as `[1, 1, seq, seq]` (0 on the diagonal).
+    pub fn distance_power(&self, seq: usize, device: &Device) -> Tensor<4> {
+        let mut v = Vec::with_capacity(seq * seq);
+        for m in 0..seq {
+            for n in 0..seq {
+                let dist = (m as f64 - n as f64).abs();
+                v.push(if dist == 0.0 {
+                    0.0
+                } else {
+                    dist.powf(self.alpha) as f32
+                });
+            }
+        }
+        Tensor::<2>::from_data(TensorData::new(v, [seq, seq]), device).unsqueeze()
+    }
+
+    /// The phase argument's token part, `[batch, heads, seq, seq]`, already divided by
+    /// `√((1−ρ)d)`: `q_P·k_P` or `Σ q_P + Σ k_P`.
+    pub fn phase_term(&self, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {
+        let (a, p) = (self.amp_dim, self.phase_dim());
+        let qp = q.narrow(3, a, p);
+        let kp = k.narrow(3, a, p);
+        let raw = match self.phase {
+            TapaPhase::Quadratic => qp.matmul(kp.swap_dims(2, 3)),
+            TapaPhase::Linear => qp.sum_dim(3) + kp.sum_dim(3).swap_dims(2, 3),
+        };
+        raw / (p as f64).sqrt()
+    }
+
+    /// The amplitude term `q_A·k_A / √(ρd)`, `[batch, heads, seq, seq]`.
+    pub fn amplitude_term(&self, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {
+        let a = self.amp_dim;
+        q.narrow(3, 0, a).matmul(k.narrow(3, 0, a).swap_dims(2, 3)) / (a as f64).sqrt()
+    }
+
+    /// `q`, `k`: `[batch, heads, seq, head_dim]` → scores `[batch, heads, seq, seq]`.
+    pub fn scores(&self, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {
+        let [_, _, l, _] = q.dims();
+        let dist = self.distance_power(l, &q.device());
+        let amp = self.amplitude_term(q.clone(), k.clone());
+        let phase = self.phase_term(q, k) * dist * (2.0 * std::f64::consts::PI);
+        amp * phase.cos()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Hand-computed small case: d = 4, ρ = 0.5 → amplitude dims {0,1}, phase dims {2,3}.
+    #[test]
+    fn hand_computed_scores() {
+        let device = Device::flex();
+        let tapa = Tapa::new(4, 0.5, 0.1, TapaPhase::Quadratic);
+        // Positions 0 and 1. q(1) = [1, 2, 0.5, 0.25]; k(0) = [3, -1, 1, 2].
+        let q = Tensor::<4>::from_data(
+            TensorData::new(
+                vec![0.0f32, 0.0, 0.0, 0.0, 1.0, 2.0, 0.5, 0.25],
+                [1, 1, 2, 4],
+            ),
+            &device,
+        );
+        let k = Tensor::<4>::from_data(
+            TensorData::new(
+                vec![3.0f32, -1.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0],
+                [1, 1, 2, 4],
+            ),
+            &device,
+        );
+        let s = tapa
+            .scores(q.clone(), k.clone())
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        // amp = (1·3 + 2·(−1))/√2 = 1/√2; phase = (0.5·1 + 0.25·2)/√2 = 1/√2; |1−0|^0.1 = 1.
+        let want = (1.0 / 2f64.sqrt()) * (2.0 * std::f64::consts::PI / 2f64.sqrt()).cos();
+        assert!((s[2] as f64 - want).abs() < 1e-6, "{} vs {want}", s[2]);
+        // Linear ablation: phase = (0.5 + 0.25 + 1 + 2)/√2 = 3.75/√2.
+        let lin = Tapa::new(4, 0.5, 0.1, TapaPhase::Linear);
+        let s = lin.scores(q, k).into_data().try_to_vec::<f32>().unwrap();
+        let want = (1.0 / 2f64.sqrt()) * (2.0 * std::f64::consts::PI * 3.75 / 2f64.sqrt()).cos();
+        assert!((s[2] as f64 - want).abs() < 1e-5, "{} vs {want}", s[2]);
+    }
+
+    #[test]
+    fn distance_exponent() {
+        let tapa = Tapa::new(8, 0.5, 0.5, TapaPhase::Quadratic);
+        let d = tapa
+            .distance_power(3, &Device::flex())
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let r2 = 2f32.sqrt();
+        assert_eq!(d, vec![0.0, 1.0, r2, 1.0, 0.0, 1.0, r2, 1.0, 0.0]);
+    }
+}
