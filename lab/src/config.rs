@@ -75,6 +75,7 @@ pub const FIELDS: &[&str] = &[
     "min_letters",
     "max_letters",
     "max_shift",
+    "train_examples",
 ];
 
 /// Task family of a run.
@@ -230,6 +231,10 @@ pub struct RunConfig {
     /// Indirect indexing: largest absolute shift.
     #[serde(default = "default_max_shift")]
     pub max_shift: usize,
+    /// Size of the training set: example indices wrap modulo this (several passes over a fixed
+    /// set, as in the papers); 0 = an endless stream of fresh examples.
+    #[serde(default)]
+    pub train_examples: u64,
 }
 
 impl RunConfig {
@@ -322,6 +327,25 @@ impl RunConfig {
             }
         }
         Ok(())
+    }
+
+    /// The training examples of optimiser step `step` (indices `step·batch_size ..`, wrapped
+    /// modulo `train_examples` when it is set).
+    pub fn train_batch(&self, step: usize) -> Result<Vec<Example>, TaskError> {
+        let task = self.task();
+        let start = (step * self.batch_size) as u64;
+        if self.train_examples == 0 {
+            return task.batch(self.seed, Split::Train, start, self.batch_size);
+        }
+        let n = self.train_examples;
+        let mut out = Vec::with_capacity(self.batch_size);
+        let mut index = start % n;
+        while out.len() < self.batch_size {
+            let take = ((self.batch_size - out.len()) as u64).min(n - index) as usize;
+            out.extend(task.batch(self.seed, Split::Train, index, take)?);
+            index = (index + take as u64) % n;
+        }
+        Ok(out)
     }
 
     /// Per-head dimension.
@@ -476,6 +500,7 @@ pub(crate) mod tests {
             min_letters: 20,
             max_letters: 40,
             max_shift: 15,
+            train_examples: 0,
         }
     }
 
@@ -488,6 +513,31 @@ pub(crate) mod tests {
         let mut keys_sorted = keys.clone();
         keys_sorted.sort();
         assert_eq!(keys_sorted, sorted);
+    }
+
+    #[test]
+    fn training_indices_wrap_over_a_fixed_set() {
+        let mut c = tiny();
+        c.batch_size = 4;
+        c.train_examples = 6;
+        let task = c.task();
+        let all = task.batch(c.seed, Split::Train, 0, 6).unwrap();
+        // step 1 covers indices 4, 5, 0, 1.
+        let b = c.train_batch(1).unwrap();
+        assert_eq!(
+            b,
+            vec![
+                all[4].clone(),
+                all[5].clone(),
+                all[0].clone(),
+                all[1].clone()
+            ]
+        );
+        c.train_examples = 0;
+        assert_eq!(
+            c.train_batch(1).unwrap(),
+            task.batch(c.seed, Split::Train, 4, 4).unwrap()
+        );
     }
 
     #[test]

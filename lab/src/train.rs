@@ -385,7 +385,6 @@ pub fn train(
     let ad_device = device.clone().autodiff();
     let mut model = cfg.model().init(cfg.seed, &ad_device);
     let mut opt = AdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
-    let task = cfg.task();
     let mut curves = Vec::new();
     let mut spectra = Vec::new();
     let mut step_ms = Vec::with_capacity(cfg.steps);
@@ -423,14 +422,7 @@ pub fn train(
     let mut last = None;
     for step in 0..cfg.steps {
         let t0 = Instant::now();
-        let examples = task
-            .batch(
-                cfg.seed,
-                Split::Train,
-                (step * cfg.batch_size) as u64,
-                cfg.batch_size,
-            )
-            .expect("config validated");
+        let examples = cfg.train_batch(step).expect("config validated");
         let batch = to_batch(&examples, &ad_device);
         let logits = model.forward(batch.inputs);
         let (loss, correct) = masked_cross_entropy(logits, batch.targets, batch.mask);

@@ -45,11 +45,13 @@ fn smoke_sweep_end_to_end_and_resume() {
         );
         stdout.to_string()
     };
-    // smoke grid: B ∈ {4, 16} × {copy, recall} × (rope seeds 0,1 + nope seed 0) = 12 runs.
-    let first = run("12 runs (12 run now, 0 already finished, 0 failed)");
-    assert!(first.contains("rope/copy"), "{first}");
-    assert!(first.contains("rope/recall"), "{first}");
-    let second = run("12 runs (0 run now, 12 already finished, 0 failed)");
+    // smoke grid: B ∈ {4, 16} × {copy, recall} × (rope seeds 0,1 + nope seed 0 + pope seeds 0,1)
+    // = 20 runs.
+    let first = run("20 runs (20 run now, 0 already finished, 0 failed)");
+    for group in ["rope/copy", "rope/recall", "pope/copy", "pope/recall"] {
+        assert!(first.contains(group), "no {group} fit in:\n{first}");
+    }
+    let second = run("20 runs (0 run now, 20 already finished, 0 failed)");
     // Same tables → same fit lines.
     let fit_lines = |s: &str| {
         s.lines()
@@ -75,7 +77,102 @@ fn smoke_sweep_end_to_end_and_resume() {
         String::from_utf8_lossy(&py.stdout),
         String::from_utf8_lossy(&py.stderr)
     );
+    check_eval_round_trip(&out);
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// `lab eval` on a finished run at its training length reproduces the run's final evaluation
+/// (checkpoint round trip); at twice the length with PI it writes an `evals` row.
+fn check_eval_round_trip(out: &Path) {
+    use lab::results::{column, read_parquet};
+    let (_, batches) = read_parquet(&out.join("runs.parquet")).unwrap();
+    let b = &batches[0];
+    let ids = column::strings(b, "run_id");
+    let encs = column::strings(b, "encoding");
+    let i = (0..b.num_rows())
+        .find(|&i| encs[i].as_deref() == Some("rope"))
+        .unwrap();
+    let id = ids[i].clone().unwrap();
+    let final_loss = column::floats(b, "final_eval_loss")[i].unwrap();
+    let seq_len = column::ints(b, "seq_len")[i].unwrap();
+    let run_dir = out.join("runs").join(&id);
+    let eval = |extra: &[&str]| -> serde_json::Value {
+        let o = lab()
+            .arg("eval")
+            .arg(&run_dir)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let same = eval(&["--seq-len", &seq_len.to_string()]);
+    let loss = same["loss"].as_f64().unwrap();
+    assert!(
+        (loss - final_loss).abs() < 1e-5,
+        "eval {loss} vs run {final_loss}"
+    );
+    let longer = eval(&[
+        "--seq-len",
+        &(2 * seq_len).to_string(),
+        "--scaling",
+        "linear",
+        "--factor",
+        "2",
+    ]);
+    assert_eq!(longer["seq_len"].as_u64().unwrap() as i64, 2 * seq_len);
+    assert!(longer["loss"].as_f64().unwrap().is_finite());
+    let (_, evals) = read_parquet(&out.join("evals.parquet")).unwrap();
+    let rows: usize = evals.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, 2);
+}
+
+#[test]
+fn rope_freqs_prints_json() {
+    let o = lab()
+        .args([
+            "rope",
+            "freqs",
+            "--head-dim",
+            "8",
+            "--base",
+            "10000",
+            "--scaling",
+            "linear",
+            "--factor",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f: Vec<f64> = v["inv_freq"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(f.len(), 4);
+    assert!((f[1] - 0.05).abs() < 1e-12);
+    assert_eq!(v["attention_factor"].as_f64(), Some(1.0));
+}
+
+#[test]
+fn gen_prints_json_lines_for_every_task() {
+    for task in ["block", "indirect"] {
+        let o = lab()
+            .args(["gen", task, "--n", "3", "--seed", "2"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert_eq!(text.lines().count(), 3);
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(v["task"], task);
+            assert!(v["input"].is_array() && v["target"].is_array() && v["mask"].is_array());
+        }
+    }
 }
 
 #[test]
@@ -101,7 +198,7 @@ fn unknown_preset_is_one_line() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("unknown preset `huge`; available presets: full, quick, smoke"),
+        err.contains("unknown preset `huge`; available presets: full, pope, quick, smoke"),
         "{err}"
     );
 }

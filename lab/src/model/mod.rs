@@ -276,15 +276,39 @@ impl Block {
                 k: k.clone(),
             });
         }
-        let scores = self.positional.scores(q, k);
-        let scores = scores.mask_fill(mask.clone().unsqueeze::<4>(), -1.0e9f32);
-        let attn = softmax(scores, 3);
-        let out = attn.matmul(v).swap_dims(1, 2).reshape([b, l, d]);
+        let out = causal_attention(&self.positional, q, k, v, mask)
+            .swap_dims(1, 2)
+            .reshape([b, l, d]);
         let x = x + out.matmul(self.wo.val().unsqueeze());
         let h = rms_norm(x.clone(), &self.mlp_norm);
         let h = gelu(h.matmul(self.w_in.val().unsqueeze()));
         x + h.matmul(self.w_out.val().unsqueeze())
     }
+}
+
+/// Causal attention with a positional score function (the reference implementation: it
+/// materialises the `[seq, seq]` score matrix per head).
+///
+/// `q`, `k`, `v`: `[batch, heads, seq, head_dim]`; `mask`: `[seq, seq]`, true where key position >
+/// query position. Returns `[batch, heads, seq, head_dim]`. Masked logits are set to −1e9 before
+/// the softmax (a finite value, so even a fully masked row could not produce NaN).
+pub fn causal_attention(
+    positional: &PositionalAttention,
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask: &Tensor<2, Bool>,
+) -> Tensor<4> {
+    let scores = positional.scores(q, k);
+    let scores = scores.mask_fill(mask.clone().unsqueeze::<4>(), -1.0e9f32);
+    softmax(scores, 3).matmul(v)
+}
+
+/// The `[seq, seq]` causal mask: true where the key position is after the query position
+/// (row = query `t`, column = key `s`, hidden when `s > t`). burn's `tril_mask(_, 0)` is false on
+/// the lower triangle and the diagonal and true elsewhere, which is exactly that.
+pub fn causal_mask(seq: usize, device: &Device) -> Tensor<2, Bool> {
+    Tensor::<2, Bool>::tril_mask([seq, seq], 0, device)
 }
 
 /// RMSNorm: `x / √(mean(x²) + 1e-6) · gain` over the last axis. `x`: `[batch, seq, d]`.
@@ -352,7 +376,7 @@ impl Transformer {
     ) -> Tensor<3> {
         let [_, l] = tokens.dims();
         let device = tokens.device();
-        let mask = Tensor::<2, Bool>::triu_mask([l, l], 1, &device);
+        let mask = causal_mask(l, &device);
         let mut x = embedding(self.token_embedding.val(), tokens);
         for block in &self.blocks {
             x = block.forward(x, &mask, qk.as_deref_mut());

@@ -380,6 +380,31 @@ mod tests {
     }
 
     #[test]
+    fn pope_amplitude_is_squared_softplus() {
+        let a = pope_amplitudes(&[0.0, 1.0, 40.0]);
+        assert!((a[0] - 2f64.ln().powi(2)).abs() < 1e-12);
+        assert!((a[1] - (1.0 + 1f64.exp()).ln().powi(2)).abs() < 1e-12);
+        assert!((a[2] - 1600.0).abs() < 1e-6);
+    }
+
+    /// TAPA, d = 2 (ρ = 0.5: one amplitude and one phase dimension), seq = 2:
+    /// q = [(1, 1), (2, 1)], k = [(1, 1.2/2π), (1, 0)].
+    /// Pairs: (0,0) amp 1, ω = 1.2; (1,0) amp 2, ω = 1.2; (1,1) amp 2, ω = 0 (→ first bin).
+    #[test]
+    fn tapa_energy_hand_computed() {
+        let tau = 2.0 * std::f32::consts::PI;
+        let q = [1.0f32, 1.0, 2.0, 1.0];
+        let k = [1.0f32, 1.2 / tau, 1.0, 0.0];
+        let e = tapa_energy_sums(&q, &k, 2, 2, 1, false);
+        let bins = tapa_bins();
+        // Bins are 1/6 decade wide from 10^−2: ω = 1.2 (log10 = 0.079) is in bin 12, centre 10^(1/12).
+        assert!((bins[12] - 10f64.powf(1.0 / 12.0)).abs() < 1e-12);
+        assert!((e[12] - 5.0).abs() < 1e-5, "{e:?}");
+        assert!((e[0] - 4.0).abs() < 1e-9, "{e:?}");
+        assert!((e.iter().sum::<f64>() - 9.0).abs() < 1e-5);
+    }
+
+    #[test]
     fn layer_head_energy_indexes_batch_and_heads() {
         // batch 2, heads 2, seq 1, d 2: energy = a_q·a_k per (b, h), averaged over b.
         let q = vec![1.0, 0.0, 2.0, 0.0, 3.0, 0.0, 4.0, 0.0];
