@@ -169,10 +169,8 @@ mod tests {
 
     #[test]
     fn hand_computed_regression() {
-        // x = ln W = (0, ln 2 ... ) chosen so that ln θ = (0, −1, −1) at W = (1, e, e):
-        // mean x = 2/3, mean y = −2/3, Sxx = 2/3, Sxy = 2/3 → slope 1?  Use explicit numbers:
-        // points (ln W, ln θ) = (0, 0), (1, -2), (2, -2): mx = 1, my = -4/3,
-        // Sxx = 2, Sxy = (−1)(4/3) + 0 + (1)(−2/3) = −2 → slope −1, intercept −1/3.
+        // Points (ln W, ln θ) = (0, 0), (1, −2), (2, −2): mean x = 1, mean y = −4/3,
+        // Sxx = 2, Sxy = (−1)(4/3) + 0 + (1)(−2/3) = −2 → slope −1 (β = 1), intercept −1/3.
         let e = std::f64::consts::E;
         let pts =
             [(1.0, 1.0), (e, (-2.0f64).exp()), (e * e, (-2.0f64).exp())].map(|(w, t)| FitPoint {

@@ -101,8 +101,8 @@ impl ModelConfig {
 
     /// Build the model on `device` with weights drawn from `seed`.
     ///
-    /// Call [`ModelConfig::validate`](crate::config::RunConfig::validate) first: shapes are
-    /// assumed consistent (`d_model % n_heads == 0`, even `head_dim`).
+    /// Shapes are assumed consistent (`d_model % n_heads == 0`, even `head_dim`): validate the
+    /// run's config first ([`RunConfig::validate`](crate::config::RunConfig::validate)).
     pub fn init(&self, seed: u64, device: &Device) -> Transformer {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5EED_0F_1A1B);
         let std = 0.02;

@@ -4,7 +4,7 @@
 //! Layout of a sweep's output folder (`results/<sweep>/` by default):
 //! ```text
 //! runs.parquet  curves.parquet  spectrum.parquet  fit.parquet     merged tables
-//! runs/<run_id>/{config.json, log.txt, curves.parquet, spectrum.parquet, runs.parquet}
+//! runs/<run_id>/{config.json, log.txt, model.safetensors, curves.parquet, spectrum.parquet, runs.parquet}
 //! ```
 //! A run is finished when `runs/<run_id>/runs.parquet` exists: it is written last, atomically,
 //! so a killed run leaves no such file and is redone on the next start. Each run is its own
@@ -21,6 +21,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::spec::{PlannedRun, SpecError, SweepSpec};
 use crate::analysis::{FitPoint, fit_law};
 use crate::config::RunConfig;
+use crate::model::Encoding;
 use crate::results::tables::{FitRow, RunMeta, curves_table, fit_table, runs_row, spectrum_table};
 use crate::results::{self, ResultsError, column};
 use crate::train::{self, RunStatus, TrainOutcome};
@@ -57,6 +58,9 @@ pub enum SweepError {
     /// Reading or writing tables.
     #[error(transparent)]
     Results(#[from] ResultsError),
+    /// Saving a checkpoint.
+    #[error(transparent)]
+    Checkpoint(#[from] crate::checkpoint::CheckpointError),
     /// Other I/O, with context.
     #[error("{context}: {source}")]
     Io {
@@ -129,10 +133,7 @@ pub fn run_one(
     std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;
     results::clean_temporaries(dir);
     let (out, model) = train::train(cfg, &backend.device(), progress);
-    crate::checkpoint::save(&model, cfg, dir).map_err(|e| SweepError::Io {
-        context: "cannot save the checkpoint".into(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
+    crate::checkpoint::save(&model, cfg, dir)?;
     results::write_batch(&dir.join("curves.parquet"), &curves_table(cfg, &out))?;
     results::write_batch(&dir.join("spectrum.parquet"), &spectrum_table(cfg, &out))?;
     results::write_batch(&dir.join("runs.parquet"), &runs_row(cfg, meta, &out))?;
@@ -446,7 +447,8 @@ pub fn collect(
     // frequencies are per token pair (see `probe`), so neither is fitted.
     let mut groups: BTreeMap<(String, String), Vec<FitPoint>> = BTreeMap::new();
     for r in &done {
-        if r.encoding == "nope" || r.encoding == "tapa" {
+        let encoding: Option<Encoding> = serde_json::from_value(serde_json::json!(r.encoding)).ok();
+        if !encoding.is_some_and(Encoding::is_rotary) {
             continue;
         }
         if let Some(theta) = r.theta {
