@@ -211,7 +211,7 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
         let b = ProgressBar::new(todo.len() as u64);
         b.set_style(
             ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} runs (ETA {eta_precise}) {msg}",
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} runs (ETA {eta_precise}) {msg}",
             )
             .expect("valid template"),
         );
