@@ -3,12 +3,13 @@ CARGO ?= cargo
 PYTHON ?= python3
 PRESET ?= quick
 
-.PHONY: test build sweep bench fmt clean-results help
+.PHONY: test build sweep bench bench-torch fmt clean-results help
 
 help:
 	@echo "make test           install the test's Python deps (polars), then cargo test --release"
 	@echo "make sweep          lab sweep block-width --preset \$$PRESET (default quick)"
 	@echo "make bench          criterion benchmarks (generator throughput)"
+	@echo "make bench-torch    the quick model's training step: lab vs PyTorch eager, same threads (needs pip install torch)"
 	@echo "make build          cargo build --release"
 
 build:
@@ -23,6 +24,13 @@ sweep: build
 
 bench:
 	$(CARGO) bench -p tasks
+
+THREADS ?= 2
+bench-torch: build
+	mkdir -p results/bench
+	./target/release/lab bench train-step --preset $(PRESET) --threads $(THREADS) > results/bench/lab-train-step.json
+	cat results/bench/lab-train-step.json
+	$(PYTHON) bench/torch_baseline.py --shape results/bench/lab-train-step.json
 
 fmt:
 	$(CARGO) fmt --all

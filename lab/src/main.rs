@@ -94,6 +94,11 @@ enum Cmd {
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
     },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCmd,
+    },
     /// Train one run from a config file and write its tables (used by `lab sweep` for each run).
     #[command(hide = true)]
     RunOne {
@@ -119,6 +124,40 @@ enum Cmd {
 enum SplitArg {
     Train,
     Eval,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Time the whole training step (forward, backward, AdamW) of a sweep preset's model and print
+    /// one JSON object with `ms_per_step` (median), `tokens_per_s` and the model shape, so the same
+    /// model can be rebuilt elsewhere (bench/torch_baseline.py reads it).
+    #[command(after_help = "Example:\n  lab bench train-step --preset quick --threads 2")]
+    TrainStep {
+        /// Sweep whose first run of the preset defines the model.
+        #[arg(long, default_value = "block-width")]
+        sweep: String,
+        /// Preset.
+        #[arg(long, default_value = "quick")]
+        preset: String,
+        /// Attention implementation (the fused kernels come with issue 4).
+        #[arg(long, value_enum, default_value_t = AttentionArg::Reference)]
+        attention: AttentionArg,
+        /// CPU threads (rayon pool) [default: all cores].
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Timed steps.
+        #[arg(long, default_value_t = 30)]
+        steps: usize,
+        /// Untimed warm-up steps.
+        #[arg(long, default_value_t = 5)]
+        warmup: usize,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum AttentionArg {
+    /// Reference attention from burn tensor ops (materialises the score matrix).
+    Reference,
 }
 
 #[derive(Subcommand)]
@@ -255,6 +294,50 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 ExitCode::SUCCESS
             })
+        }
+        Cmd::Bench {
+            command:
+                BenchCmd::TrainStep {
+                    sweep: sweep_name,
+                    preset,
+                    attention: _,
+                    threads,
+                    steps,
+                    warmup,
+                },
+        } => {
+            let threads = threads.unwrap_or_else(|| {
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(1)
+            });
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build_global()
+                .context("cannot set the thread count")?;
+            let spec = sweep::find_sweep(&sweep_name, &sweep::sweeps_dir())?;
+            let cfg = spec
+                .expand(&preset)?
+                .into_iter()
+                .next()
+                .expect("expand returns at least one run")
+                .config;
+            let b = lab::train::bench_train_step(&cfg, warmup, steps, &Backend::Cpu.device());
+            println!(
+                "{}",
+                serde_json::json!({
+                    "ms_per_step": b.ms_per_step, "tokens_per_s": b.tokens_per_s,
+                    "steps": b.steps, "warmup": warmup, "threads": threads,
+                    "d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
+                    "d_ff": cfg.d_ff, "seq_len": cfg.seq_len, "batch": cfg.batch_size,
+                    "vocab": cfg.vocab_size, "encoding": cfg.encoding, "pair_layout": cfg.pair_layout,
+                    "rope_base": cfg.rope_base, "mlp": "gelu", "norm": "rmsnorm",
+                    "attention": "reference", "backend": "flex",
+                    "lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "adam_eps": cfg.adam_eps,
+                    "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip,
+                })
+            );
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Gen {
             task,

@@ -336,6 +336,103 @@ pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evalua
     }
 }
 
+/// What one optimiser step measured.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct StepResult {
+    /// Mean loss on the batch's scored positions, nats.
+    pub loss: f64,
+    /// Correct argmax predictions on scored positions.
+    pub correct: f64,
+    /// Scored positions in the batch.
+    pub n_scored: usize,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+    /// Learning rate used.
+    pub lr: f64,
+}
+
+/// One training step (forward, backward, global-norm clip, AdamW, projection of constrained
+/// parameters) on `examples`, on the autodiff device `device`. A non-finite loss or gradient
+/// norm returns `Err(reason)` and the model unchanged.
+pub fn train_step(
+    model: Transformer,
+    opt: &mut AdamW,
+    cfg: &RunConfig,
+    step: usize,
+    examples: &[Example],
+    device: &Device,
+) -> (Transformer, Result<StepResult, String>) {
+    let batch = to_batch(examples, device);
+    let logits = model.forward(batch.inputs);
+    let (loss, correct) = masked_cross_entropy(logits, batch.targets, batch.mask);
+    let loss_value = loss.clone().into_scalar::<f32>() as f64;
+    if !loss_value.is_finite() {
+        return (
+            model,
+            Err(format!("non-finite training loss ({loss_value})")),
+        );
+    }
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    let norm = global_grad_norm(&model, &grads);
+    if !norm.is_finite() {
+        return (model, Err(format!("non-finite gradient norm ({norm})")));
+    }
+    let lr = lr_at(step, cfg);
+    let model = opt
+        .step(model, lr, grads, clip_factor(norm, cfg.grad_clip))
+        .project();
+    let result = StepResult {
+        loss: loss_value,
+        correct: correct.into_scalar::<f32>() as f64,
+        n_scored: batch.n_scored,
+        grad_norm: norm,
+        lr,
+    };
+    (model, Ok(result))
+}
+
+/// Median wall time of training steps, measured after `warmup` untimed steps.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct StepBench {
+    /// Median ms per step (forward, backward, AdamW; data generation excluded).
+    pub ms_per_step: f64,
+    /// Training tokens per second at the median step time.
+    pub tokens_per_s: f64,
+    /// Timed steps.
+    pub steps: usize,
+}
+
+/// Time `steps` training steps of `cfg`'s model after `warmup` steps (batches pre-generated).
+pub fn bench_train_step(
+    cfg: &RunConfig,
+    warmup: usize,
+    steps: usize,
+    device: &Device,
+) -> StepBench {
+    let ad_device = device.clone().autodiff();
+    let mut model = cfg.model().init(cfg.seed, &ad_device);
+    let mut opt = AdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
+    let batches: Vec<Vec<Example>> = (0..warmup + steps)
+        .map(|s| cfg.train_batch(s).expect("config validated"))
+        .collect();
+    let mut times = Vec::with_capacity(steps);
+    for (s, examples) in batches.iter().enumerate() {
+        let t0 = Instant::now();
+        let (next, r) = train_step(model, &mut opt, cfg, s, examples, &ad_device);
+        model = next;
+        r.expect("benchmark step diverged");
+        if s >= warmup {
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let ms = median(&mut times);
+    StepBench {
+        ms_per_step: ms,
+        tokens_per_s: (cfg.batch_size * cfg.seq_len) as f64 / (ms / 1e3),
+        steps,
+    }
+}
+
 /// How a run ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunStatus {
@@ -423,38 +520,24 @@ pub fn train(
     for step in 0..cfg.steps {
         let t0 = Instant::now();
         let examples = cfg.train_batch(step).expect("config validated");
-        let batch = to_batch(&examples, &ad_device);
-        let logits = model.forward(batch.inputs);
-        let (loss, correct) = masked_cross_entropy(logits, batch.targets, batch.mask);
-        let loss_value = loss.clone().into_scalar::<f32>() as f64;
-        if !loss_value.is_finite() {
-            status = RunStatus::Failed {
-                step,
-                reason: format!("non-finite training loss ({loss_value})"),
-            };
-            break;
-        }
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let norm = global_grad_norm(&model, &grads);
-        if !norm.is_finite() {
-            status = RunStatus::Failed {
-                step,
-                reason: format!("non-finite gradient norm ({norm})"),
-            };
-            break;
-        }
-        let lr = lr_at(step, cfg);
-        model = opt
-            .step(model, lr, grads, clip_factor(norm, cfg.grad_clip))
-            .project();
+        let (next, result) = train_step(model, &mut opt, cfg, step, &examples, &ad_device);
+        model = next;
+        let r = match result {
+            Ok(r) => r,
+            Err(reason) => {
+                status = RunStatus::Failed { step, reason };
+                break;
+            }
+        };
         step_ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        let loss_value = r.loss;
         curves.push(CurvePoint {
             step: step + 1,
             split: "train",
-            loss: loss_value,
-            accuracy: correct.into_scalar::<f32>() as f64 / batch.n_scored.max(1) as f64,
-            lr,
-            grad_norm: Some(norm),
+            loss: r.loss,
+            accuracy: r.correct / r.n_scored.max(1) as f64,
+            lr: r.lr,
+            grad_norm: Some(r.grad_norm),
             effective_freq: None,
             effective_freq_batch_sd: None,
             spectrum_entropy: None,

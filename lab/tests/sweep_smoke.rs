@@ -232,3 +232,35 @@ fn list_shows_presets() {
     assert!(s.contains("block-width:"), "{s}");
     assert!(s.contains("--preset quick (default)"), "{s}");
 }
+
+#[test]
+fn bench_train_step_prints_the_model_shape() {
+    let o = lab()
+        .args([
+            "bench",
+            "train-step",
+            "--preset",
+            "smoke",
+            "--threads",
+            "1",
+            "--steps",
+            "3",
+            "--warmup",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // The smoke preset's model (sweeps/block-width.toml).
+    assert_eq!(v["d_model"], 32);
+    assert_eq!(v["n_layers"], 1);
+    assert_eq!(v["seq_len"], 64);
+    assert_eq!(v["batch"], 8);
+    assert_eq!(v["threads"], 1);
+    assert_eq!(v["steps"], 3);
+    assert!(v["ms_per_step"].as_f64().unwrap() > 0.0);
+    let tps = v["tokens_per_s"].as_f64().unwrap();
+    let expect = 8.0 * 64.0 / (v["ms_per_step"].as_f64().unwrap() / 1e3);
+    assert!((tps - expect).abs() < 1e-6 * expect);
+}

@@ -1,0 +1,142 @@
+"""PyTorch eager baseline of the lab's training step (issue 4, docs/performance.md).
+
+Rebuilds the model that `lab bench train-step` describes (its JSON output: d_model, n_layers, n_heads, d_ff,
+seq_len, batch, vocab, RoPE base and pair layout, AdamW settings) in PyTorch, and times the same training step
+on the CPU with the same number of threads:
+
+  pre-RMSNorm decoder, no biases, untied embedding/head, GELU MLP, RoPE on adjacent pairs (2i, 2i+1),
+  causal softmax attention, masked cross-entropy, global-norm gradient clipping, AdamW(β1, β2, ε) with
+  weight decay on matrices only.
+
+Attention is timed two ways: `manual` (q·kᵀ, mask, softmax, ·v: the same reference computation as the lab's)
+and `sdpa` (torch.nn.functional.scaled_dot_product_attention, PyTorch's fused CPU kernel).
+
+Usage:
+  lab bench train-step --preset quick --threads 2 > lab.json
+  python3 bench/torch_baseline.py --shape lab.json [--steps 30] [--warmup 5]
+Prints one JSON object per attention kind and the lab/PyTorch ratio. PyTorch is needed for this benchmark only
+(pip install torch); the tests do not use it.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:
+    sys.exit("PyTorch is not installed: pip install torch (needed for this benchmark only)")
+
+
+def rms_norm(x, g):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+
+
+class Block(nn.Module):
+    def __init__(self, d, h, dff, attention):
+        super().__init__()
+        self.h, self.attention = h, attention
+        self.attn_norm = nn.Parameter(torch.ones(d))
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(d, d, bias=False) for _ in range(4))
+        self.mlp_norm = nn.Parameter(torch.ones(d))
+        self.w_in = nn.Linear(d, dff, bias=False)
+        self.w_out = nn.Linear(dff, d, bias=False)
+
+    def rope(self, x, cos, sin):
+        b, h, l, d = x.shape
+        pairs = x.view(b, h, l, d // 2, 2)
+        re, im = pairs[..., 0], pairs[..., 1]
+        return torch.stack((re * cos - im * sin, re * sin + im * cos), dim=-1).view(b, h, l, d)
+
+    def forward(self, x, cos, sin, mask):
+        b, l, d = x.shape
+        hd = d // self.h
+        y = rms_norm(x, self.attn_norm)
+        split = lambda t: t.view(b, l, self.h, hd).transpose(1, 2)
+        q, k, v = split(self.wq(y)), split(self.wk(y)), split(self.wv(y))
+        q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+        if self.attention == "sdpa":
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            s = (q @ k.transpose(-1, -2)) / hd**0.5
+            o = torch.softmax(s.masked_fill(mask, -1e9), dim=-1) @ v
+        x = x + self.wo(o.transpose(1, 2).reshape(b, l, d))
+        return x + self.w_out(F.gelu(self.w_in(rms_norm(x, self.mlp_norm))))
+
+
+class Model(nn.Module):
+    def __init__(self, s, attention):
+        super().__init__()
+        d = s["d_model"]
+        self.emb = nn.Embedding(s["vocab"], d)
+        self.blocks = nn.ModuleList(Block(d, s["n_heads"], s["d_ff"], attention) for _ in range(s["n_layers"]))
+        self.final_norm = nn.Parameter(torch.ones(d))
+        self.head = nn.Linear(d, s["vocab"], bias=False)
+        hd = d // s["n_heads"]
+        inv = s["rope_base"] ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+        ang = torch.arange(s["seq_len"], dtype=torch.float64)[:, None] * inv[None, :]
+        self.register_buffer("cos", ang.cos().float())
+        self.register_buffer("sin", ang.sin().float())
+        l = s["seq_len"]
+        self.register_buffer("mask", torch.triu(torch.ones(l, l, dtype=torch.bool), diagonal=1))
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        for blk in self.blocks:
+            x = blk(x, self.cos, self.sin, self.mask)
+        return self.head(rms_norm(x, self.final_norm))
+
+
+def bench(s, attention, steps, warmup):
+    torch.manual_seed(0)
+    model = Model(s, attention)
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": s["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=s["lr"], betas=(s["beta1"], s["beta2"]), eps=s["adam_eps"])
+    b, l, v = s["batch"], s["seq_len"], s["vocab"]
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randint(0, v, (b, l), generator=g), torch.randint(0, v, (b, l), generator=g),
+             (torch.rand(b, l, generator=g) > 0.1).float()) for _ in range(warmup + steps)]
+    times = []
+    for i, (inp, tgt, mask) in enumerate(data):
+        t0 = time.perf_counter()
+        logits = model(inp)
+        nll = F.cross_entropy(logits.view(-1, v), tgt.view(-1), reduction="none")
+        loss = (nll * mask.view(-1)).sum() / mask.sum().clamp_min(1)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), s["grad_clip"])
+        opt.step()
+        if i >= warmup:
+            times.append((time.perf_counter() - t0) * 1e3)
+    ms = statistics.median(times)
+    return {"framework": "pytorch", "torch": torch.__version__, "attention": attention, "threads": torch.get_num_threads(),
+            "ms_per_step": ms, "tokens_per_s": b * l / (ms / 1e3), "steps": steps}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", required=True, help="JSON printed by `lab bench train-step`")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    args = ap.parse_args()
+    with open(args.shape) as f:
+        s = json.load(f)
+    if s.get("encoding") != "rope" or s.get("pair_layout") != "adjacent":
+        sys.exit("this baseline implements RoPE with adjacent pairs only")
+    torch.set_num_threads(int(s["threads"]))
+    for attention in ("manual", "sdpa"):
+        r = bench(s, attention, args.steps, args.warmup)
+        r["lab_ms_per_step"] = s["ms_per_step"]
+        r["lab_over_pytorch"] = s["ms_per_step"] / r["ms_per_step"]
+        print(json.dumps(r))
+
+
+if __name__ == "__main__":
+    main()
