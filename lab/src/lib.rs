@@ -12,6 +12,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod eval;
 pub mod generate;
+pub mod kernels;
 pub mod model;
 pub mod probe;
 pub mod results;
