@@ -3,7 +3,10 @@
 //! Data flows one way (DESIGN.md): a sweep file expands into runs ([`sweep`]); each run
 //! generates its task ([`tasks`]), trains a model with a positional encoding ([`model`],
 //! [`train`]), probes which rotary frequencies it uses ([`probe`]) and writes Parquet tables
-//! ([`results`]); the sweep then fits the law θ* ∝ 1/W ([`analysis`]).
+//! ([`results`]); the sweep then fits the law θ* ∝ 1/W ([`analysis`]). Trained runs are
+//! checkpoints ([`checkpoint`]) that [`eval`] evaluates at other lengths with any RoPE scaling
+//! ([`model::scaling`]); [`generate`] prints any task's examples; [`kernels`] holds the fused
+//! attention kernels.
 
 #![warn(missing_docs)]
 
