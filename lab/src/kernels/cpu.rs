@@ -85,6 +85,13 @@ fn rotate(x: &mut [f32], seq: usize, d: usize, enc: &KernelEncoding, sign: f64) 
     }
 }
 
+/// A rotated copy of one head's rows (`[seq, d]`); a plain copy for NoPE.
+fn rotated(x: &[f32], seq: usize, d: usize, enc: &KernelEncoding) -> Vec<f32> {
+    let mut out = x.to_vec();
+    rotate(&mut out, seq, d, enc, 1.0);
+    out
+}
+
 /// Dot product with 8 independent accumulators, so the compiler can vectorise it (a plain
 /// `.sum()` is a serial chain: f32 addition is not reassociated).
 #[inline]
@@ -136,10 +143,8 @@ pub fn flash_forward(
         .enumerate()
         .for_each(|(bh, (o, lse))| {
             let off = bh * l * d;
-            let mut qs = q[off..off + l * d].to_vec();
-            let mut ks = k[off..off + l * d].to_vec();
-            rotate(&mut qs, l, d, enc, 1.0);
-            rotate(&mut ks, l, d, enc, 1.0);
+            let qs = rotated(&q[off..off + l * d], l, d, enc);
+            let ks = rotated(&k[off..off + l * d], l, d, enc);
             let vs = &v[off..off + l * d];
             let mut s = vec![0.0f32; TILE];
             for i in 0..l {
@@ -210,10 +215,8 @@ pub fn flash_backward(
         .enumerate()
         .for_each(|(bh, ((dq, dk), dv))| {
             let off = bh * l * d;
-            let mut qs = q[off..off + l * d].to_vec();
-            let mut ks = k[off..off + l * d].to_vec();
-            rotate(&mut qs, l, d, enc, 1.0);
-            rotate(&mut ks, l, d, enc, 1.0);
+            let qs = rotated(&q[off..off + l * d], l, d, enc);
+            let ks = rotated(&k[off..off + l * d], l, d, enc);
             let vs = &v[off..off + l * d];
             let os = &out[off..off + l * d];
             let dos = &dout[off..off + l * d];
