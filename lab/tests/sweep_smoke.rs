@@ -198,7 +198,7 @@ fn unknown_preset_is_one_line() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("unknown preset `huge`; available presets: full, pope, quick, smoke"),
+        err.contains("unknown preset `huge`; available presets: full, long, pope, quick, smoke"),
         "{err}"
     );
 }
