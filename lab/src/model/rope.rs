@@ -125,15 +125,9 @@ impl Rope {
 
     /// Rotate `x`: `[batch, heads, seq, head_dim]` by position (position `t` = index on axis 2).
     pub fn rotate(&self, x: Tensor<4>) -> Tensor<4> {
-        let tables = self.tables(x.dims()[2], &x);
-        self.rotate_with(x, &tables)
-    }
-
-    /// Rotate with precomputed `(cos, sin)` tables (`[1, 1, seq, d/2]`).
-    fn rotate_with(&self, x: Tensor<4>, (cos, sin): &(Tensor<4>, Tensor<4>)) -> Tensor<4> {
-        let (cos, sin) = (cos.clone(), sin.clone());
         let [b, h, l, d] = x.dims();
         let half = d / 2;
+        let (cos, sin) = self.tables(l, &x);
         match self.layout {
             PairLayout::Adjacent => {
                 let pairs = x.reshape([b * h, l, half, 2]);
@@ -163,10 +157,8 @@ impl Rope {
     /// `q`, `k`: `[batch, heads, seq, head_dim]` → `[batch, heads, seq, seq]`,
     /// `rot(q)·rot(k)ᵀ/√d`.
     pub fn scores(&self, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {
-        // One pair of tables serves q and k (built on the host once per call, not per tensor).
-        let tables = self.tables(q.dims()[2], &q);
-        let q = self.rotate_with(q, &tables);
-        let k = self.rotate_with(k, &tables);
+        let q = self.rotate(q);
+        let k = self.rotate(k);
         q.matmul(k.swap_dims(2, 3)) / (self.head_dim as f64).sqrt()
     }
 }
