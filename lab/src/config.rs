@@ -10,7 +10,7 @@ use tasks::block::{BlockConfig, BlockVariant};
 use tasks::indirect::IndirectConfig;
 use tasks::{Example, Split, TaskError};
 
-use crate::model::{DeltaInit, Encoding, ModelConfig, PairLayout, TapaPhase};
+use crate::model::{AttentionKernel, DeltaInit, Encoding, ModelConfig, PairLayout, TapaPhase};
 
 /// Error for an invalid configuration value: one line naming the field and its allowed range.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -76,6 +76,7 @@ pub const FIELDS: &[&str] = &[
     "max_letters",
     "max_shift",
     "train_examples",
+    "attention",
 ];
 
 /// Task family of a run.
@@ -235,6 +236,9 @@ pub struct RunConfig {
     /// set, as in the papers); 0 = an endless stream of fresh examples.
     #[serde(default)]
     pub train_examples: u64,
+    /// Attention implementation: `fused` (default) or `reference` (same maths, burn ops).
+    #[serde(default)]
+    pub attention: AttentionKernel,
 }
 
 impl RunConfig {
@@ -392,6 +396,7 @@ impl RunConfig {
             tapa_rho: self.tapa_rho,
             tapa_alpha: self.tapa_alpha,
             tapa_phase: self.tapa_phase,
+            attention: self.attention,
         }
     }
 
@@ -501,6 +506,7 @@ pub(crate) mod tests {
             max_letters: 40,
             max_shift: 15,
             train_examples: 0,
+            attention: AttentionKernel::Fused,
         }
     }
 

@@ -139,8 +139,8 @@ enum BenchCmd {
         /// Preset.
         #[arg(long, default_value = "quick")]
         preset: String,
-        /// Attention implementation (the fused kernels come with issue 4).
-        #[arg(long, value_enum, default_value_t = AttentionArg::Reference)]
+        /// Attention implementation.
+        #[arg(long, value_enum, default_value_t = AttentionArg::Fused)]
         attention: AttentionArg,
         /// CPU threads (rayon pool) [default: all cores].
         #[arg(long)]
@@ -156,6 +156,8 @@ enum BenchCmd {
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum AttentionArg {
+    /// Fused flash-style kernel with its own backward (O(seq) memory).
+    Fused,
     /// Reference attention from burn tensor ops (materialises the score matrix).
     Reference,
 }
@@ -300,7 +302,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 BenchCmd::TrainStep {
                     sweep: sweep_name,
                     preset,
-                    attention: _,
+                    attention,
                     threads,
                     steps,
                     warmup,
@@ -316,12 +318,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .build_global()
                 .context("cannot set the thread count")?;
             let spec = sweep::find_sweep(&sweep_name, &sweep::sweeps_dir())?;
-            let cfg = spec
+            let mut cfg = spec
                 .expand(&preset)?
                 .into_iter()
                 .next()
                 .expect("expand returns at least one run")
                 .config;
+            cfg.attention = match attention {
+                AttentionArg::Fused => lab::model::AttentionKernel::Fused,
+                AttentionArg::Reference => lab::model::AttentionKernel::Reference,
+            };
             let b = lab::train::bench_train_step(&cfg, warmup, steps, &Backend::Cpu.device());
             println!(
                 "{}",
@@ -332,7 +338,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     "d_ff": cfg.d_ff, "seq_len": cfg.seq_len, "batch": cfg.batch_size,
                     "vocab": cfg.vocab_size, "encoding": cfg.encoding, "pair_layout": cfg.pair_layout,
                     "rope_base": cfg.rope_base, "mlp": "gelu", "norm": "rmsnorm",
-                    "attention": "reference", "backend": "flex",
+                    "attention": cfg.attention.name(), "backend": "flex",
                     "lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "adam_eps": cfg.adam_eps,
                     "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip,
                 })

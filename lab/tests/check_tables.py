@@ -27,7 +27,7 @@ EXPECTED = {
         "weight_decay": F64, "beta1": F64, "beta2": F64, "adam_eps": F64, "grad_clip": F64,
         "eval_every": I64, "eval_batches": I64, "seed": I64,
         "pope_delta_init": S, "tapa_rho": F64, "tapa_alpha": F64, "tapa_phase": S,
-        "min_letters": I64, "max_letters": I64, "max_shift": I64, "train_examples": I64,
+        "min_letters": I64, "max_letters": I64, "max_shift": I64, "train_examples": I64, "attention": S,
         "final_train_loss": F64, "final_eval_loss": F64, "final_eval_accuracy": F64,
         "init_eval_loss": F64, "effective_freq": F64, "effective_freq_init": F64,
         "effective_freq_batch_sd": F64, "spectrum_entropy": F64, "spectrum_entropy_init": F64,

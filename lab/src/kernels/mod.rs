@@ -1,4 +1,10 @@
-//! Fused attention kernels (issue 4). `cpu`: flash-style forward and backward in Rust for NoPE
-//! and RoPE, checked against the reference attention; not yet wired into burn's autodiff.
+//! Fused attention kernels (issue 4).
+//!
+//! - [`cpu`]: flash-style forward and backward in Rust for NoPE, RoPE, PoPE and TAPA.
+//! - [`fused`]: the burn backend extension that makes them a differentiable op, and
+//!   [`fused::positional_attention`], the entry point the model uses.
 
 pub mod cpu;
+pub mod fused;
+
+pub use fused::positional_attention;

@@ -64,6 +64,28 @@ impl Encoding {
     }
 }
 
+/// Which implementation computes causal attention (same maths, different cost).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionKernel {
+    /// The fused flash-style kernel with its hand-written backward
+    /// ([`crate::kernels::positional_attention`]): O(seq·head_dim) memory. Flex backend only.
+    #[default]
+    Fused,
+    /// Burn tensor ops with autodiff ([`causal_attention`]): materialises `[seq, seq]` per head.
+    Reference,
+}
+
+impl AttentionKernel {
+    /// Lower-case name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionKernel::Fused => "fused",
+            AttentionKernel::Reference => "reference",
+        }
+    }
+}
+
 /// Shape and encoding of a model. All sizes are counts (tokens, dimensions).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
@@ -91,6 +113,9 @@ pub struct ModelConfig {
     pub tapa_alpha: f64,
     /// TAPA: phase form.
     pub tapa_phase: TapaPhase,
+    /// Attention implementation.
+    #[serde(default)]
+    pub attention: AttentionKernel,
 }
 
 impl ModelConfig {
@@ -128,6 +153,7 @@ impl ModelConfig {
                 w_out: normal([self.d_ff, d], resid_std),
                 positional: PositionalAttention::new(self, seed, device),
                 n_heads: self.n_heads,
+                kernel: self.attention,
             });
         }
         let lm_head = normal([d, self.vocab_size], std);
@@ -202,6 +228,36 @@ impl PositionalAttention {
         }
     }
 
+    /// The fused kernel's description of this encoding, and PoPE's δ `[heads · head_dim]`.
+    pub fn kernel_encoding(&self) -> (crate::kernels::cpu::KernelEncoding, Option<Tensor<1>>) {
+        use crate::kernels::cpu::KernelEncoding;
+        match self {
+            PositionalAttention::Nope(_) => (KernelEncoding::Nope, None),
+            PositionalAttention::Rope(r) => (
+                KernelEncoding::Rope {
+                    inv_freq: r.inv_freq.clone(),
+                    layout: r.layout,
+                    attention_factor: r.attention_factor,
+                },
+                None,
+            ),
+            PositionalAttention::Pope(p) => (
+                KernelEncoding::Pope {
+                    theta: p.theta.clone(),
+                },
+                Some(p.delta.val()),
+            ),
+            PositionalAttention::Tapa(t) => (
+                KernelEncoding::Tapa {
+                    amp_dim: t.amp_dim,
+                    alpha: t.alpha,
+                    phase: t.phase,
+                },
+                None,
+            ),
+        }
+    }
+
     /// Attention logits before mask and softmax.
     ///
     /// `q`, `k`: `[batch, heads, seq, head_dim]` (query and key positions `0..seq`).
@@ -240,6 +296,9 @@ pub struct Block {
     pub positional: PositionalAttention,
     /// Number of heads.
     pub n_heads: usize,
+    /// Attention implementation.
+    #[module(skip)]
+    pub kernel: AttentionKernel,
 }
 
 /// Per-layer queries and keys, as seen by the positional score function (before any rotation).
@@ -276,9 +335,14 @@ impl Block {
                 k: k.clone(),
             });
         }
-        let out = causal_attention(&self.positional, q, k, v, mask)
-            .swap_dims(1, 2)
-            .reshape([b, l, d]);
+        let out = match self.kernel {
+            AttentionKernel::Reference => causal_attention(&self.positional, q, k, v, mask),
+            AttentionKernel::Fused => {
+                let (encoding, delta) = self.positional.kernel_encoding();
+                crate::kernels::positional_attention(q, k, v, delta, encoding)
+            }
+        };
+        let out = out.swap_dims(1, 2).reshape([b, l, d]);
         let x = x + out.matmul(self.wo.val().unsqueeze());
         let h = rms_norm(x.clone(), &self.mlp_norm);
         let h = gelu(h.matmul(self.w_in.val().unsqueeze()));
@@ -341,6 +405,14 @@ impl Transformer {
                 b
             })
             .collect();
+        self
+    }
+
+    /// Use `kernel` for attention in every layer.
+    pub fn with_attention(mut self, kernel: AttentionKernel) -> Self {
+        for b in &mut self.blocks {
+            b.kernel = kernel;
+        }
         self
     }
 
