@@ -158,6 +158,65 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     total
 }
 
+/// `y += Σ_t c[t] · x[(j0 + t)·w .. (j0 + t)·w + y.len()]` with `w = y.len()`: a weighted sum of
+/// consecutive rows, four rows per pass over `y` (so the accumulation in `y` is not one long
+/// dependency chain through memory).
+#[inline(always)]
+fn axpy_rows(y: &mut [f32], c: &[f32], x: &[f32], j0: usize) {
+    let w = y.len();
+    let mut chunks = c.chunks_exact(4);
+    let mut j = j0;
+    for c4 in &mut chunks {
+        let (r0, r1) = (&x[j * w..(j + 1) * w], &x[(j + 1) * w..(j + 2) * w]);
+        let (r2, r3) = (&x[(j + 2) * w..(j + 3) * w], &x[(j + 3) * w..(j + 4) * w]);
+        for i in 0..w {
+            y[i] += c4[0] * r0[i] + c4[1] * r1[i] + c4[2] * r2[i] + c4[3] * r3[i];
+        }
+        j += 4;
+    }
+    for &ct in chunks.remainder() {
+        axpy(y, ct, &x[j * w..(j + 1) * w]);
+        j += 1;
+    }
+}
+
+/// Maximum of `s` with 16 independent lanes (a plain fold is a serial chain).
+#[inline(always)]
+fn max_lanes(s: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let chunks = s.chunks_exact(16);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for l in 0..16 {
+            acc[l] = if c[l] > acc[l] { c[l] } else { acc[l] };
+        }
+    }
+    let mut m = rest.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    for a in acc {
+        m = m.max(a);
+    }
+    m
+}
+
+/// `s[t] = e^(s[t] − shift)` in place; returns the sum (16 independent lanes).
+#[inline(always)]
+fn exp_shift_sum(s: &mut [f32], shift: f32) -> f32 {
+    let mut acc = [0.0f32; 16];
+    let mut chunks = s.chunks_exact_mut(16);
+    for c in &mut chunks {
+        for l in 0..16 {
+            c[l] = exp_approx(c[l] - shift);
+            acc[l] += c[l];
+        }
+    }
+    let mut total = 0.0f32;
+    for x in chunks.into_remainder() {
+        *x = exp_approx(*x - shift);
+        total += *x;
+    }
+    total + acc.iter().sum::<f32>()
+}
+
 /// `[rows, cols]` → `[cols, rows]`.
 fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     let mut t = vec![0.0f32; x.len()];
@@ -170,15 +229,37 @@ fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 }
 
 /// `s[t] += Σ_c a[c] · bt[c·stride + j0 + t]` for `t < s.len()`: a row of `a` against a tile of
-/// transposed rows `bt`.
+/// transposed rows `bt`. A full tile is accumulated in a fixed-size local array (registers).
 #[inline(always)]
 fn tile_dot(s: &mut [f32], a: &[f32], bt: &[f32], stride: usize, j0: usize) {
+    if s.len() == TILE {
+        let mut acc = [0.0f32; TILE];
+        acc.copy_from_slice(s);
+        tile_dot_n(&mut acc, a, bt, stride, j0);
+        s.copy_from_slice(&acc);
+    } else {
+        tile_dot_n(s, a, bt, stride, j0);
+    }
+}
+
+#[inline(always)]
+fn tile_dot_n(s: &mut [f32], a: &[f32], bt: &[f32], stride: usize, j0: usize) {
     let n = s.len();
-    for (c, &ac) in a.iter().enumerate() {
-        let row = &bt[c * stride + j0..c * stride + j0 + n];
-        for (s, &b) in s.iter_mut().zip(row) {
+    let row = |c: usize| &bt[c * stride + j0..c * stride + j0 + n];
+    let mut chunks = a.chunks_exact(4);
+    let mut c = 0;
+    for a4 in &mut chunks {
+        let (r0, r1, r2, r3) = (row(c), row(c + 1), row(c + 2), row(c + 3));
+        for t in 0..n {
+            s[t] += a4[0] * r0[t] + a4[1] * r1[t] + a4[2] * r2[t] + a4[3] * r3[t];
+        }
+        c += 4;
+    }
+    for &ac in chunks.remainder() {
+        for (s, &b) in s.iter_mut().zip(row(c)) {
             *s += ac * b;
         }
+        c += 1;
     }
 }
 
@@ -256,10 +337,9 @@ impl HeadScore for DotScore {
     fn accumulate(&mut self, i: usize, j0: usize, ds: &[f32]) {
         let e = self.e;
         let qi = &self.qs[i * e..(i + 1) * e];
-        let dqi = &mut self.dq[i * e..(i + 1) * e];
+        axpy_rows(&mut self.dq[i * e..(i + 1) * e], ds, &self.k, j0);
         for (t, &g) in ds.iter().enumerate() {
             let j = j0 + t;
-            axpy(dqi, g, &self.k[j * e..(j + 1) * e]);
             axpy(&mut self.dk[j * e..(j + 1) * e], g, qi);
         }
     }
@@ -497,27 +577,21 @@ fn head_forward_impl<S: HeadScore>(
             let n = (i + 1 - j0).min(TILE);
             let s = &mut s[..n];
             sc.scores(i, j0, s);
-            let tile_max = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let tile_max = max_lanes(s);
             let m_new = m.max(tile_max);
             let correction = if m == f32::NEG_INFINITY {
                 0.0
             } else {
                 (m - m_new).exp()
             };
-            let mut tile_sum = 0.0f32;
-            for x in s.iter_mut() {
-                *x = exp_approx(*x - m_new);
-                tile_sum += *x;
-            }
+            let tile_sum = exp_shift_sum(s, m_new);
             sum = sum * correction + tile_sum;
             if correction != 1.0 {
                 for x in oi.iter_mut() {
                     *x *= correction;
                 }
             }
-            for (t, &p) in s.iter().enumerate() {
-                axpy(oi, p, &v[(j0 + t) * d..(j0 + t + 1) * d]);
-            }
+            axpy_rows(oi, s, v, j0);
             m = m_new;
         }
         if sum > 0.0 && sum.is_finite() {
@@ -560,9 +634,7 @@ fn head_backward_impl<S: HeadScore>(
             let n = (i + 1 - j0).min(TILE);
             let (s, dp) = (&mut s[..n], &mut dp[..n]);
             sc.scores(i, j0, s);
-            for x in s.iter_mut() {
-                *x = exp_approx(*x - lse[i]);
-            }
+            exp_shift_sum(s, lse[i]);
             // dP_ij = dO_i · V_j
             dp.fill(0.0);
             tile_dot(dp, doi, vt, l, j0);
