@@ -3,8 +3,10 @@
 //! - [`cpu`]: flash-style forward and backward in Rust for NoPE, RoPE, PoPE and TAPA.
 //! - [`fused`]: the burn backend extension that makes them a differentiable op, and
 //!   [`fused::positional_attention`], the entry point the model uses.
+//! - [`pointwise`]: fused RMSNorm and GELU with their backwards.
 
 pub mod cpu;
 pub mod fused;
+pub mod pointwise;
 
 pub use fused::positional_attention;

@@ -64,15 +64,18 @@ impl Encoding {
     }
 }
 
-/// Which implementation computes causal attention (same maths, different cost).
+/// Which implementation computes causal attention, RMSNorm and GELU (same maths, different
+/// cost).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AttentionKernel {
-    /// The fused flash-style kernel with its hand-written backward
-    /// ([`crate::kernels::positional_attention`]): O(seq·head_dim) memory. Flex backend only.
+    /// The lab's fused kernels with hand-written backwards: flash-style attention
+    /// ([`crate::kernels::positional_attention`], O(seq·head_dim) memory), RMSNorm and GELU
+    /// ([`crate::kernels::pointwise`]). Flex backend only.
     #[default]
     Fused,
-    /// Burn tensor ops with autodiff ([`causal_attention`]): materialises `[seq, seq]` per head.
+    /// Burn tensor ops with autodiff ([`causal_attention`], [`rms_norm`], burn's `gelu`):
+    /// materialises `[seq, seq]` per head.
     Reference,
 }
 
@@ -162,6 +165,7 @@ impl ModelConfig {
             blocks,
             final_norm: ones(d, device),
             lm_head,
+            kernel: self.attention,
         }
     }
 }
@@ -325,7 +329,11 @@ impl Block {
         qk: Option<&mut Vec<LayerQk>>,
     ) -> Tensor<3> {
         let [b, l, d] = x.dims();
-        let h = rms_norm(x.clone(), &self.attn_norm);
+        let norm = |x: Tensor<3>, gain: &Param<Tensor<1>>| match self.kernel {
+            AttentionKernel::Fused => crate::kernels::pointwise::rms_norm(x, gain.val()),
+            AttentionKernel::Reference => rms_norm(x, gain),
+        };
+        let h = norm(x.clone(), &self.attn_norm);
         let q = self.split_heads(h.clone().matmul(self.wq.val().unsqueeze()));
         let k = self.split_heads(h.clone().matmul(self.wk.val().unsqueeze()));
         let v = self.split_heads(h.matmul(self.wv.val().unsqueeze()));
@@ -344,8 +352,12 @@ impl Block {
         };
         let out = out.swap_dims(1, 2).reshape([b, l, d]);
         let x = x + out.matmul(self.wo.val().unsqueeze());
-        let h = rms_norm(x.clone(), &self.mlp_norm);
-        let h = gelu(h.matmul(self.w_in.val().unsqueeze()));
+        let h = norm(x.clone(), &self.mlp_norm);
+        let h = h.matmul(self.w_in.val().unsqueeze());
+        let h = match self.kernel {
+            AttentionKernel::Fused => crate::kernels::pointwise::gelu(h),
+            AttentionKernel::Reference => gelu(h),
+        };
         x + h.matmul(self.w_out.val().unsqueeze())
     }
 }
@@ -392,6 +404,9 @@ pub struct Transformer {
     pub final_norm: Param<Tensor<1>>,
     /// Output head `[d_model, vocab]`.
     pub lm_head: Param<Tensor<2>>,
+    /// Kernels for the final RMSNorm (the blocks carry their own).
+    #[module(skip)]
+    pub kernel: AttentionKernel,
 }
 
 impl Transformer {
@@ -408,8 +423,9 @@ impl Transformer {
         self
     }
 
-    /// Use `kernel` for attention in every layer.
+    /// Use `kernel` for attention, RMSNorm and GELU in every layer.
     pub fn with_attention(mut self, kernel: AttentionKernel) -> Self {
+        self.kernel = kernel;
         for b in &mut self.blocks {
             b.kernel = kernel;
         }
@@ -453,7 +469,10 @@ impl Transformer {
         for block in &self.blocks {
             x = block.forward(x, &mask, qk.as_deref_mut());
         }
-        let x = rms_norm(x, &self.final_norm);
+        let x = match self.kernel {
+            AttentionKernel::Fused => crate::kernels::pointwise::rms_norm(x, self.final_norm.val()),
+            AttentionKernel::Reference => rms_norm(x, &self.final_norm),
+        };
         x.matmul(self.lm_head.val().unsqueeze())
     }
 }
