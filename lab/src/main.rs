@@ -117,6 +117,9 @@ enum Cmd {
         /// Compute backend.
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
+        /// Evaluations to run after training (JSON list of the sweep's `[[evals]]`).
+        #[arg(long)]
+        evals: Option<PathBuf>,
     },
 }
 
@@ -384,6 +387,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 seq_len,
                 scaling: scaling.to_scaling(0),
                 overrides,
+                name: "adhoc".to_string(),
             };
             let out = lab::eval::eval_checkpoint(&checkpoint, &req, &Backend::Cpu.device())?;
             println!(
@@ -403,7 +407,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
             sweep: sweep_name,
             preset,
             backend,
+            evals,
         } => {
+            let evals: Vec<sweep::spec::EvalSpec> = match &evals {
+                Some(p) => {
+                    let t = std::fs::read_to_string(p)
+                        .with_context(|| format!("cannot read {}", p.display()))?;
+                    serde_json::from_str(&t)
+                        .with_context(|| format!("{} is not a list of evals", p.display()))?
+                }
+                None => Vec::new(),
+            };
             let text = std::fs::read_to_string(&config)
                 .with_context(|| format!("cannot read {}", config.display()))?;
             let cfg: RunConfig = serde_json::from_str(&text)
@@ -417,12 +431,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 backend: backend.name().to_string(),
             };
             let every = (cfg.steps / 20).max(1);
-            let outcome =
-                sweep::runner::run_one(&cfg, &meta, &out, backend, &mut |step, steps, loss| {
+            let outcome = sweep::runner::run_one(
+                &cfg,
+                &meta,
+                &out,
+                backend,
+                &evals,
+                &mut |step, steps, loss| {
                     if step % every == 0 || step == steps {
                         eprintln!("step {step}/{steps} train loss {loss:.4}");
                     }
-                })?;
+                },
+            )?;
             eprintln!(
                 "{:?} in {:.1} s ({:.1} ms/step)",
                 outcome.status, outcome.wall_time_s, outcome.ms_per_step
