@@ -155,7 +155,10 @@ pub fn run_one(
 /// `scale_params` multiplied by the factor and `set` applied.
 pub fn eval_requests(cfg: &RunConfig, evals: &[EvalSpec]) -> Vec<EvalRequest> {
     let mut out = Vec::new();
-    for e in evals {
+    for e in evals
+        .iter()
+        .filter(|e| e.tasks.is_empty() || e.tasks.contains(&cfg.task))
+    {
         for &s in &e.length_factors {
             let mut overrides: Vec<String> = e
                 .scale_params
@@ -705,6 +708,10 @@ mod tests {
         let last = &reqs[7];
         assert_eq!((last.name.as_str(), last.seq_len), ("fixed", 32));
         assert_eq!(last.overrides, vec!["noise=0.25".to_string()]);
+        // A task filter that excludes the run.
+        let mut only_indirect = evals.clone();
+        only_indirect[0].tasks = vec![crate::config::TaskKind::Indirect];
+        assert_eq!(eval_requests(&cfg, &only_indirect).len(), 1);
         // Other encodings: once per length, unscaled.
         cfg.encoding = Encoding::Pope;
         let reqs = eval_requests(&cfg, &evals);

@@ -22,6 +22,7 @@
 //! scalings = ["none", "linear", "ntk", "yarn"]   # with factor s
 //! scale_params = ["block_len"]     # task fields multiplied by s too (self-similar task)
 //! set = { noise = 0.0 }            # fixed task overrides
+//! tasks = ["block"]                # only runs of these tasks (default: all)
 //!
 //! [presets.smoke]     # a preset overrides base fields, replaces named grid axes, and may
 //! base = { steps = 20 }   # replace the arms and the evals
@@ -55,6 +56,9 @@ pub struct EvalSpec {
     /// Fixed task overrides for the evaluation (`field = value`).
     #[serde(default)]
     pub set: toml::Table,
+    /// Only runs of these tasks are evaluated (empty: all).
+    #[serde(default)]
+    pub tasks: Vec<crate::config::TaskKind>,
 }
 
 fn default_scalings() -> Vec<ScalingKind> {
