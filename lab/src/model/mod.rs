@@ -334,9 +334,9 @@ impl Block {
             AttentionKernel::Reference => rms_norm(x, gain),
         };
         let h = norm(x.clone(), &self.attn_norm);
-        let q = self.split_heads(h.clone().matmul(self.wq.val().unsqueeze()));
-        let k = self.split_heads(h.clone().matmul(self.wk.val().unsqueeze()));
-        let v = self.split_heads(h.matmul(self.wv.val().unsqueeze()));
+        let q = self.split_heads(linear(h.clone(), &self.wq));
+        let k = self.split_heads(linear(h.clone(), &self.wk));
+        let v = self.split_heads(linear(h, &self.wv));
         if let Some(store) = qk {
             store.push(LayerQk {
                 q: q.clone(),
@@ -351,14 +351,14 @@ impl Block {
             }
         };
         let out = out.swap_dims(1, 2).reshape([b, l, d]);
-        let x = x + out.matmul(self.wo.val().unsqueeze());
+        let x = x + linear(out, &self.wo);
         let h = norm(x.clone(), &self.mlp_norm);
-        let h = h.matmul(self.w_in.val().unsqueeze());
+        let h = linear(h, &self.w_in);
         let h = match self.kernel {
             AttentionKernel::Fused => crate::kernels::pointwise::gelu(h),
             AttentionKernel::Reference => gelu(h),
         };
-        x + h.matmul(self.w_out.val().unsqueeze())
+        x + linear(h, &self.w_out)
     }
 }
 
@@ -385,6 +385,16 @@ pub fn causal_attention(
 /// the lower triangle and the diagonal and true elsewhere, which is exactly that.
 pub fn causal_mask(seq: usize, device: &Device) -> Tensor<2, Bool> {
     Tensor::<2, Bool>::tril_mask([seq, seq], 0, device)
+}
+
+/// `x @ w` for `x` `[batch, seq, d_in]` and `w` `[d_in, d_out]`, as one `[batch·seq, d_in]`
+/// matrix product (a batched product with a broadcast weight runs `batch` small products, and its
+/// weight gradient is a sum of `batch` partial products).
+pub fn linear(x: Tensor<3>, w: &Param<Tensor<2>>) -> Tensor<3> {
+    let [b, l, d] = x.dims();
+    let w = w.val();
+    let d_out = w.dims()[1];
+    x.reshape([b * l, d]).matmul(w).reshape([b, l, d_out])
 }
 
 /// RMSNorm: `x / √(mean(x²) + 1e-6) · gain` over the last axis. `x`: `[batch, seq, d]`.
@@ -473,7 +483,7 @@ impl Transformer {
             AttentionKernel::Fused => crate::kernels::pointwise::rms_norm(x, self.final_norm.val()),
             AttentionKernel::Reference => rms_norm(x, &self.final_norm),
         };
-        x.matmul(self.lm_head.val().unsqueeze())
+        linear(x, &self.lm_head)
     }
 }
 
