@@ -15,10 +15,10 @@
 //!
 //! (`d` is a *distractor*: a quantity the question does not need.) The knob is
 //! [`IgsmConfig::ops`], the **exact** number of arithmetic operations on the solution path
-//! (the paper's `op`; the lab's sweep varies it from 2 to 10, SCIENCE.md section 2). Train and evaluation problems are
-//! split by a hash of the solution's *structure* (the DAG shape and its operators, ignoring names,
-//! values, distractors and statement order), so no evaluation problem is an instance of a
-//! template seen in training.
+//! (the paper's `op`; the lab's sweep varies it from 2 to 10, SCIENCE.md section 2). Train and
+//! evaluation problems are split by a hash of the solution's *structure* (the DAG shape and its
+//! operators, ignoring names, values, distractors and statement order), so no evaluation
+//! problem is an instance of a template seen in training.
 //!
 //! ```
 //! use tasks::Split;

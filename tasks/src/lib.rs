@@ -19,6 +19,9 @@
 //!   DAG of named quantities, shuffled statements, a question, and a step-by-step solution whose
 //!   number of operations is the knob `ops`; train/eval split by solution-structure hash; a
 //!   checker that re-derives every step. Character-level tokens; the solution is scored.
+//! - [`needle`]: needle retrieval (TAPA/RULER style): a `key:value;` needle at a chosen relative
+//!   depth in a haystack of noise letters or distractor records, queried at the end of a
+//!   `seq_len`-token context; the value tokens are scored.
 //!
 //! # Random streams
 //!
@@ -44,6 +47,7 @@
 pub mod block;
 pub mod igsm;
 pub mod indirect;
+pub mod needle;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
