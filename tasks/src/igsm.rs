@@ -553,10 +553,11 @@ pub fn answer_positions(example: &Example) -> Option<Range<usize>> {
 /// Why a text failed [`check`]. `Display` is one line.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum CheckError {
-    /// The text does not follow the grammar. `pos` is the 0-based character offset.
+    /// The text does not follow the grammar. `pos` is the 0-based byte offset (the character
+    /// offset for ASCII text, which every valid text is).
     #[error("syntax error at character {pos}: {message}")]
     Syntax {
-        /// Character offset of the problem.
+        /// Byte offset where the text departs from the grammar.
         pos: usize,
         /// What was expected and what was found.
         message: String,
