@@ -28,6 +28,8 @@ EXPECTED = {
         "eval_every": I64, "eval_batches": I64, "seed": I64,
         "pope_delta_init": S, "tapa_rho": F64, "tapa_alpha": F64, "tapa_phase": S,
         "min_letters": I64, "max_letters": I64, "max_shift": I64, "train_examples": I64, "attention": S,
+        "ops": I64, "distractors": I64, "needle_depth": F64, "key_len": I64, "value_len": I64,
+        "haystack": S,
         "final_train_loss": F64, "final_eval_loss": F64, "final_eval_accuracy": F64,
         "init_eval_loss": F64, "effective_freq": F64, "effective_freq_init": F64,
         "effective_freq_batch_sd": F64, "spectrum_entropy": F64, "spectrum_entropy_init": F64,

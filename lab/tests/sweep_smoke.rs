@@ -343,3 +343,55 @@ fn sweep_evals_after_training() {
     let again = run();
     assert!(again.contains("0 to run"), "{again}");
 }
+
+/// The issue-5 sweeps run end to end at their smoke presets: every run finishes, the iGSM runs
+/// record `ops`, and length-extrapolation writes 1×/2×/4×/8× evaluations for every encoding.
+#[test]
+fn igsm_and_length_extrapolation_smoke_sweeps() {
+    use lab::results::{column, read_parquet};
+    for (sweep, runs, evals) in [
+        ("igsm-ops", 4, 0),
+        ("length-extrapolation", 3, 1 + 3 * 3 + 4 + 4),
+    ] {
+        let out = tmp(sweep);
+        let o = lab()
+            .args([
+                "sweep",
+                sweep,
+                "--preset",
+                "smoke",
+                "--no-progress",
+                "--out",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{sweep}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let (_, b) = read_parquet(&out.join("runs.parquet")).unwrap();
+        let status: Vec<_> = b
+            .iter()
+            .flat_map(|b| column::strings(b, "status"))
+            .collect();
+        assert_eq!(status.len(), runs, "{sweep}");
+        assert!(
+            status.iter().all(|s| s.as_deref() == Some("done")),
+            "{sweep}: {status:?}"
+        );
+        if evals > 0 {
+            let (_, e) = read_parquet(&out.join("evals.parquet")).unwrap();
+            // RoPE: 1× once, then 3 scalings at 2×, 4×, 8×; PoPE and TAPA: once per length.
+            assert_eq!(
+                e.iter().map(|b| b.num_rows()).sum::<usize>(),
+                evals,
+                "{sweep}"
+            );
+        } else {
+            let ops: Vec<_> = b.iter().flat_map(|b| column::ints(b, "ops")).collect();
+            assert_eq!(ops.iter().filter(|o| **o == Some(2)).count(), 2);
+        }
+    }
+}
