@@ -13,6 +13,7 @@
 pub mod analysis;
 pub mod checkpoint;
 pub mod config;
+pub mod decode;
 pub mod eval;
 pub mod generate;
 pub mod kernels;

@@ -468,6 +468,11 @@ pub struct TrainOutcome {
     pub tokens_per_s: f64,
     /// Mean probe time per evaluation, ms.
     pub probe_ms: f64,
+    /// iGSM only: answer accuracy of greedy-decoded solutions (set by the sweep runner, see
+    /// [`crate::decode`]).
+    pub answer_accuracy: Option<f64>,
+    /// iGSM only: share of greedy-decoded solutions that pass the checker.
+    pub solution_valid: Option<f64>,
 }
 
 /// Train a model for `cfg` on `device` (an autodiff device is made from it). `progress` is
@@ -563,6 +568,8 @@ pub fn train(
         ms_per_step: median(&mut step_ms),
         tokens_per_s: if train_s > 0.0 { tokens / train_s } else { 0.0 },
         probe_ms: probe_ms.iter().sum::<f64>() / probe_ms.len().max(1) as f64,
+        answer_accuracy: None,
+        solution_valid: None,
     };
     (outcome, model)
 }

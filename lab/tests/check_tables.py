@@ -31,6 +31,7 @@ EXPECTED = {
         "ops": I64, "distractors": I64, "needle_depth": F64, "key_len": I64, "value_len": I64,
         "haystack": S,
         "final_train_loss": F64, "final_eval_loss": F64, "final_eval_accuracy": F64,
+        "answer_accuracy": F64, "solution_valid": F64,
         "init_eval_loss": F64, "effective_freq": F64, "effective_freq_init": F64,
         "effective_freq_batch_sd": F64, "spectrum_entropy": F64, "spectrum_entropy_init": F64,
         "argmax_freq": F64, "reference_freq": F64, "wall_time_s": F64, "ms_per_step": F64,

@@ -61,6 +61,8 @@ pub fn runs_row(cfg: &RunConfig, meta: &RunMeta, out: &TrainOutcome) -> RecordBa
         .opt_f64("final_train_loss", vec![last_train.map(|p| p.loss)])
         .opt_f64("final_eval_loss", vec![last.map(|e| e.loss)])
         .opt_f64("final_eval_accuracy", vec![last.map(|e| e.accuracy)])
+        .opt_f64("answer_accuracy", vec![out.answer_accuracy])
+        .opt_f64("solution_valid", vec![out.solution_valid])
         .opt_f64("init_eval_loss", vec![init.map(|e| e.loss)])
         .opt_f64(
             "effective_freq",
