@@ -96,8 +96,9 @@ pub enum TaskKind {
     /// Indirect indexing (PoPE's diagnostic, SCIENCE.md §2): `min_letters`, `max_letters`,
     /// `max_shift`, `seq_len`; `vocab_size` must be at least the task's character vocabulary.
     Indirect,
-    /// iGSM-style modular arithmetic (SCIENCE.md §2): `ops`, `distractors`, `seq_len`. Trained on
-    /// the whole solution; evaluated (loss, accuracy) on the answer tokens only.
+    /// iGSM-style modular arithmetic (SCIENCE.md §2): `ops`, `distractors`, `seq_len`. Loss and
+    /// (teacher-forced) accuracy on the whole solution; the sweep runner adds the answer accuracy
+    /// of greedy-decoded solutions (`answer_accuracy`, [`crate::decode`]).
     Igsm,
     /// Needle retrieval (SCIENCE.md §2): `needle_depth`, `key_len`, `value_len`, `haystack`,
     /// `seq_len`; loss and accuracy on the value tokens.
@@ -141,20 +142,7 @@ impl TaskGen {
         match self {
             TaskGen::Block(c) => c.batch(seed, split, index0, n),
             TaskGen::Indirect(c) => c.batch(seed, split, index0, n),
-            TaskGen::Igsm(c) => {
-                let mut batch = c.batch(seed, split, index0, n)?;
-                if split == Split::Eval {
-                    // Evaluation scores the answer only (answer accuracy, answer NLL).
-                    for ex in &mut batch {
-                        if let Some(r) = tasks::igsm::answer_positions(ex) {
-                            for (t, m) in ex.mask.iter_mut().enumerate() {
-                                *m = r.contains(&t);
-                            }
-                        }
-                    }
-                }
-                Ok(batch)
-            }
+            TaskGen::Igsm(c) => c.batch(seed, split, index0, n),
             TaskGen::Needle(c) => c.batch(seed, split, index0, n),
         }
     }
@@ -621,10 +609,10 @@ pub(crate) mod tests {
         }
     }
 
-    /// iGSM is trained on the whole solution and evaluated on the answer only; the needle scores
+    /// iGSM scores its whole solution (train and eval), the answer included; the needle scores
     /// its value digits; both check the vocabulary.
     #[test]
-    fn igsm_eval_scores_the_answer_and_needle_the_value() {
+    fn igsm_scores_the_solution_and_needle_the_value() {
         let mut cfg = tiny();
         cfg.task = TaskKind::Igsm;
         cfg.vocab_size = 72;
@@ -633,12 +621,7 @@ pub(crate) mod tests {
         cfg.validate().unwrap();
         let train = cfg.task().batch(0, Split::Train, 0, 4).unwrap();
         let eval = cfg.task().batch(0, Split::Eval, 0, 4).unwrap();
-        for ex in &eval {
-            let r = tasks::igsm::answer_positions(ex).unwrap();
-            let scored: Vec<usize> = (0..ex.mask.len()).filter(|&t| ex.mask[t]).collect();
-            assert_eq!(scored, r.collect::<Vec<_>>());
-        }
-        for ex in &train {
+        for ex in train.iter().chain(&eval) {
             let r = tasks::igsm::answer_positions(ex).unwrap();
             assert!(ex.mask.iter().filter(|&&m| m).count() > r.len() + 10);
         }

@@ -207,25 +207,64 @@ pub fn read_parquet(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), Result
 /// Concatenate the tables in `inputs` (same schema) into `out`, atomically. Returns the number
 /// of rows written, or `None` when there was no input file.
 pub fn merge_tables(inputs: &[PathBuf], out: &Path) -> Result<Option<usize>, ResultsError> {
-    let mut schema: Option<SchemaRef> = None;
-    let mut all = Vec::new();
+    // Union of the columns, in order of first appearance: tables written by an older lab version
+    // (fewer columns) merge with newer ones, the missing values as nulls. A column whose type
+    // differs between files is an error.
+    let mut fields: Vec<Field> = Vec::new();
+    let mut parts = Vec::new();
     for p in inputs {
         let (s, batches) = read_parquet(p)?;
-        match &schema {
-            None => schema = Some(s),
-            Some(first) if first.fields() != s.fields() => {
-                return Err(pq_err(p)(format!(
-                    "its columns differ from {}'s; was it written by another lab version?",
-                    inputs[0].display()
-                )));
+        for f in s.fields() {
+            match fields.iter_mut().find(|g| g.name() == f.name()) {
+                Some(g) if g.data_type() != f.data_type() => {
+                    return Err(pq_err(p)(format!(
+                        "its column `{}` is {} but {} in other tables; was it written by another lab version?",
+                        f.name(),
+                        f.data_type(),
+                        g.data_type()
+                    )));
+                }
+                Some(g) => {
+                    if f.is_nullable() && !g.is_nullable() {
+                        *g = g.clone().with_nullable(true);
+                    }
+                }
+                None => fields.push(f.as_ref().clone()),
             }
-            _ => {}
         }
-        all.extend(batches);
+        parts.push((s, batches));
     }
-    let Some(schema) = schema else {
+    if parts.is_empty() {
         return Ok(None);
-    };
+    }
+    for f in fields.iter_mut() {
+        if parts
+            .iter()
+            .any(|(s, _)| s.field_with_name(f.name()).is_err())
+        {
+            *f = f.clone().with_nullable(true);
+        }
+    }
+    let schema: SchemaRef = Arc::new(Schema::new(fields.clone()));
+    let mut all = Vec::new();
+    for (_, batches) in parts {
+        for b in batches {
+            let columns = fields
+                .iter()
+                .map(|f| {
+                    b.column_by_name(f.name())
+                        .cloned()
+                        .unwrap_or_else(|| arrow_array::new_null_array(f.data_type(), b.num_rows()))
+                })
+                .collect();
+            all.push(RecordBatch::try_new(schema.clone(), columns).map_err(|e| {
+                ResultsError::Parquet {
+                    path: out.to_path_buf(),
+                    message: e.to_string(),
+                }
+            })?);
+        }
+    }
     let rows = all.iter().map(|b| b.num_rows()).sum();
     write_parquet_atomic(out, schema, &all)?;
     Ok(Some(rows))
@@ -354,8 +393,39 @@ mod tests {
             &dir.join("o.parquet"),
         )
         .unwrap_err();
-        assert!(err.to_string().contains("columns differ"), "{err}");
+        assert!(
+            err.to_string().contains("column `n` is Float64 but Int64"),
+            "{err}"
+        );
         assert!(!dir.join("o.parquet").exists());
+    }
+
+    /// Tables with fewer columns (an older lab version) merge with the missing values as nulls.
+    #[test]
+    fn merge_fills_missing_columns_with_nulls() {
+        let dir = tmpdir("union");
+        let old = TableBuilder::new(1).i64("n", vec![1]).build();
+        let new = TableBuilder::new(2)
+            .i64("n", vec![2, 3])
+            .f64("extra", vec![0.5, 1.5])
+            .build();
+        write_batch(&dir.join("a.parquet"), &old).unwrap();
+        write_batch(&dir.join("b.parquet"), &new).unwrap();
+        let rows = merge_tables(
+            &[dir.join("a.parquet"), dir.join("b.parquet")],
+            &dir.join("o.parquet"),
+        )
+        .unwrap();
+        assert_eq!(rows, Some(3));
+        let (schema, batches) = read_parquet(&dir.join("o.parquet")).unwrap();
+        assert_eq!(schema.fields().len(), 3); // schema_version, n, extra
+        let extra: Vec<Option<f64>> = batches
+            .iter()
+            .flat_map(|b| column::floats(b, "extra"))
+            .collect();
+        assert_eq!(extra, vec![None, Some(0.5), Some(1.5)]);
+        let n: Vec<Option<i64>> = batches.iter().flat_map(|b| column::ints(b, "n")).collect();
+        assert_eq!(n, vec![Some(1), Some(2), Some(3)]);
     }
 
     #[test]
