@@ -3,7 +3,7 @@ CARGO ?= cargo
 PYTHON ?= python3
 PRESET ?= quick
 
-.PHONY: test build sweep bench bench-torch fmt clean-results help
+.PHONY: test test-wgpu build sweep bench bench-torch bench-gpu fmt clean-results help
 
 help:
 	@echo "make test           install the test's Python deps (polars), then cargo test --release"
@@ -11,6 +11,8 @@ help:
 	@echo "make bench          criterion benchmarks (generator throughput)"
 	@echo "make bench-torch    the quick model's training step: lab vs PyTorch eager, same threads (needs pip install torch)"
 	@echo "make build          cargo build --release"
+	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu (lavapipe without a GPU)"
+	@echo "make bench-gpu      NVIDIA machine: cube kernels vs PyTorch SDPA / FlexAttention (bench/gpu.sh)"
 
 build:
 	$(CARGO) build --release --workspace
@@ -18,6 +20,15 @@ build:
 test:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
 	$(CARGO) test --release --workspace
+
+# The CubeCL kernels (lab/src/kernels/cube.rs) against the reference attention. Needs a Vulkan
+# driver; Mesa's lavapipe (Debian: mesa-vulkan-drivers libvulkan1) runs it on the CPU. A separate
+# cargo feature: the first build adds ~15 minutes.
+test-wgpu:
+	$(CARGO) test --release -p lab --features wgpu --test cube_attention
+
+bench-gpu:
+	bash bench/gpu.sh
 
 sweep: build
 	./target/release/lab sweep block-width --preset $(PRESET)

@@ -1,0 +1,1048 @@
+//! Flash-style causal attention as CubeCL kernels (wgpu, CUDA), forward and backward, for NoPE,
+//! RoPE, PoPE and TAPA (Dao et al. 2022, *FlashAttention*, Alg. 1; Dao 2023, *FlashAttention-2*,
+//! Alg. 1–2). The score matrix is never stored: memory is O(seq · head_dim) per head.
+//!
+//! # Design
+//!
+//! - **Encodings that are a dot product of transformed vectors** (NoPE, RoPE, PoPE): a *prep*
+//!   kernel maps `q`, `k` to `q̃`, `k̃` (width `W = head_dim`, or `2·head_dim` for PoPE) once, and
+//!   the attention kernels compute `s_ij = q̃_i·k̃_j / √head_dim`. The backward returns `dq̃`,
+//!   `dk̃`, and a *prep-backward* kernel maps them back to `dq`, `dk` (and PoPE's `dδ`).
+//!   - RoPE: `q̃_i = a · R(i·θ) q_i`, `k̃_j = a · R(j·θ) k_j` per rotation pair
+//!     ([`PairLayout::pair_dims`]), `a` = YaRN's attention factor; back: `dq = a · R(−i·θ) dq̃`.
+//!   - PoPE (arXiv 2509.10534 §3): `q̃ = [μ_q cos(iθ), μ_q sin(iθ)]`,
+//!     `k̃ = [μ_k cos(jθ+δ), μ_k sin(jθ+δ)]`, `μ = softplus(x)`; back through `σ(x)` and
+//!     `∂k̃/∂δ`, with `dδ` written per `(batch, head, key, component)` and summed with burn ops.
+//! - **TAPA** (arXiv 2509.12635 §3) is not a dot product: the attention kernels evaluate
+//!   `s_ij = A_ij · cos(2π·|i−j|^α·P_ij)` on the raw `q`, `k` and differentiate it directly
+//!   (chain rule through `A` and `P`).
+//!
+//! The attention kernels run **one unit per query row** (forward, `dq`) or **one unit per key
+//! row** (`dk`, `dv`), looping over the visible keys (queries) with an online softmax (running max
+//! `m`, running sum `l`) and the row's accumulators in registers (`Array`s of comptime size).
+//! The forward saves `lse = m + ln l`; the backward recomputes `p_ij = exp(s_ij − lse_i)`, with
+//! `Δ_i = Σ_c dout_ic·out_ic` precomputed, `dS_ij = p_ij·(dout_i·v_j − Δ_i)` (FlashAttention-2
+//! Alg. 2). No shared memory, no plane (subgroup) operations and no tensor cores, so the kernels
+//! run on Mesa's lavapipe as well as on CUDA; this is the correct baseline, not the fast one.
+//!
+//! Masking: key `j` is visible from query `i` iff `j ≤ i` (positions are `0..seq`). A row with no
+//! visible key (impossible under this mask, the diagonal is always visible) would give a zero
+//! output, `lse = 1e30` and zero gradients, never NaN. The running max starts at the finite
+//! `−1e30`, so no `exp(−∞ − −∞)` can occur.
+//!
+//! Layout: `q`, `k`, `v`, `out`, `dout`: `[batch, heads, seq, head_dim]` f32 (made contiguous on
+//! entry); `lse`: `[batch, heads, seq]`. Angles are computed on the device in f32 (`pos·θ`, as
+//! PyTorch implementations of RoPE do); the CPU reference builds its tables in f64.
+
+use burn::backend::ops::FloatTensorOps;
+use burn::backend::{DType, Shape, TensorMetadata};
+use burn_cubecl::CubeBackend;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+use cubecl::{CubeCount, CubeDim, calculate_cube_count_elemwise};
+
+use crate::model::{PairLayout, TapaPhase};
+
+/// Units per cube (workgroup) of every kernel.
+const CUBE_UNITS: u32 = 64;
+/// Finite stand-in for −∞ as the initial running max.
+const NEG_BIG: f32 = -1.0e30;
+
+/// The positional encoding evaluated inside the kernels.
+#[derive(Clone, Debug)]
+pub enum CubeEncoding {
+    /// `s = q·k/√d`.
+    Nope,
+    /// RoPE (Su et al. 2021, eq. 34), with any scaling's inverse frequencies.
+    Rope {
+        /// `θ_p`, `[head_dim/2]`, radians per token.
+        inv_freq: Vec<f64>,
+        /// Which dims form pair `p`.
+        layout: PairLayout,
+        /// Multiplier of both rotated vectors (YaRN's attention factor; 1 otherwise).
+        attention_factor: f64,
+    },
+    /// PoPE (arXiv 2509.10534 §3).
+    Pope {
+        /// `θ_c = base^(−c/d)`, `[head_dim]`, radians per token.
+        theta: Vec<f64>,
+        /// Phase bias δ, `[heads · head_dim]` f32 on the same device as `q`, radians.
+        delta: CubeTensor,
+    },
+    /// TAPA (arXiv 2509.12635 §3).
+    Tapa {
+        /// Amplitude dims: the first `amp_dim` components (`1 ≤ amp_dim < head_dim`).
+        amp_dim: usize,
+        /// Distance exponent α of `|i−j|^α`.
+        alpha: f64,
+        /// Quadratic `q_P·k_P` or linear `Σq_P + Σk_P` phase.
+        phase: TapaPhase,
+    },
+}
+
+/// Parameters of the fused attention (the encoding; positions are always `0..seq`).
+#[derive(Clone, Debug)]
+pub struct CubeAttentionParams {
+    /// The encoding.
+    pub encoding: CubeEncoding,
+}
+
+/// Gradients returned by [`backward`]; each like its input.
+#[derive(Clone, Debug)]
+pub struct CubeGrads {
+    /// `∂L/∂q`, `[batch, heads, seq, head_dim]`.
+    pub dq: CubeTensor,
+    /// `∂L/∂k`, `[batch, heads, seq, head_dim]`.
+    pub dk: CubeTensor,
+    /// `∂L/∂v`, `[batch, heads, seq, head_dim]`.
+    pub dv: CubeTensor,
+    /// PoPE only: `∂L/∂δ`, `[heads · head_dim]`.
+    pub ddelta: Option<CubeTensor>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels
+// ---------------------------------------------------------------------------------------------
+
+#[allow(missing_docs)]
+mod kernels {
+    use cubecl::prelude::*;
+
+    /// `Σ_{c ∈ [start, end)} x[c] · y[yb + c]`.
+    #[cube]
+    pub fn dot_range(
+        x: &Array<f32>,
+        y: &[f32],
+        yb: usize,
+        #[comptime] start: usize,
+        #[comptime] end: usize,
+    ) -> f32 {
+        let mut acc = 0.0f32;
+        #[unroll]
+        for c in start..end {
+            acc += x[c] * y[yb + c];
+        }
+        acc
+    }
+
+    /// `Σ_{c ∈ [start, end)} y[yb + c]`.
+    #[cube]
+    pub fn sum_range(y: &[f32], yb: usize, #[comptime] start: usize, #[comptime] end: usize) -> f32 {
+        let mut acc = 0.0f32;
+        #[unroll]
+        for c in start..end {
+            acc += y[yb + c];
+        }
+        acc
+    }
+
+    /// `Σ_{c ∈ [start, end)} x[c]`.
+    #[cube]
+    pub fn sum_local(x: &Array<f32>, #[comptime] start: usize, #[comptime] end: usize) -> f32 {
+        let mut acc = 0.0f32;
+        #[unroll]
+        for c in start..end {
+            acc += x[c];
+        }
+        acc
+    }
+
+    /// TAPA distance power `|i − j|^α` (0 on the diagonal).
+    #[cube]
+    pub fn dist_pow(i: usize, j: usize, alpha: f32) -> f32 {
+        let mut out = 0.0f32;
+        if i != j {
+            let dist = if i > j { i - j } else { j - i };
+            out = f32::exp(alpha * f32::ln(f32::cast_from(dist as u32)));
+        }
+        out
+    }
+
+    /// TAPA amplitude term `x_A·y_A / √a` (symmetric in the two rows).
+    #[cube]
+    pub fn tapa_amp(
+        x: &Array<f32>,
+        y: &[f32],
+        yb: usize,
+        inv_sqrt_a: f32,
+        #[comptime] amp: usize,
+    ) -> f32 {
+        dot_range(x, y, yb, 0, amp) * inv_sqrt_a
+    }
+
+    /// TAPA phase term `x_P·y_P / √p` (quadratic) or `(Σx_P + Σy_P)/√p` (linear), `x_sum = Σx_P`.
+    #[cube]
+    pub fn tapa_phase(
+        x: &Array<f32>,
+        x_sum: f32,
+        y: &[f32],
+        yb: usize,
+        inv_sqrt_p: f32,
+        #[comptime] amp: usize,
+        #[comptime] d: usize,
+        #[comptime] linear: bool,
+    ) -> f32 {
+        let mut raw = 0.0f32;
+        if linear {
+            raw = x_sum + sum_range(y, yb, amp, d);
+        } else {
+            raw = dot_range(x, y, yb, amp, d);
+        }
+        raw * inv_sqrt_p
+    }
+
+    /// Forward: one unit per query row. `q`, `k`: `[rows, w]`; `v`, `out`: `[rows, d]`;
+    /// `lse`: `[rows]`. `tapa` selects the TAPA score on raw q/k (then `w == d`).
+    #[cube(launch)]
+    pub fn attn_fwd(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        out: &mut [f32],
+        lse: &mut [f32],
+        rows: u32,
+        seq: u32,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let l = seq as usize;
+        let i = r % l;
+        let base = r - i; // first row of this (batch, head)
+        let mut qi = Array::<f32>::new(w);
+        #[unroll]
+        for c in 0..w {
+            qi[c] = q[r * w + c];
+        }
+        let mut acc = Array::<f32>::new(d);
+        #[unroll]
+        for c in 0..d {
+            acc[c] = 0.0f32;
+        }
+        let mut q_sum = 0.0f32;
+        if tapa {
+            q_sum = sum_local(&qi, amp, w);
+        }
+        let mut m = -1.0e30f32;
+        let mut sum = 0.0f32;
+        for j in 0..i + 1 {
+            let kb = (base + j) * w;
+            let mut s = 0.0f32;
+            if tapa {
+                let a = tapa_amp(&qi, k, kb, inv_sqrt_a, amp);
+                let p = tapa_phase(&qi, q_sum, k, kb, inv_sqrt_p, amp, w, linear);
+                let phi = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha) * p;
+                s = a * f32::cos(phi);
+            } else {
+                s = dot_range(&qi, k, kb, 0, w) * scale;
+            }
+            let m_new = f32::max(m, s);
+            let corr = f32::exp(m - m_new);
+            let p = f32::exp(s - m_new);
+            sum = sum * corr + p;
+            let vb = (base + j) * d;
+            #[unroll]
+            for c in 0..d {
+                acc[c] = acc[c] * corr + p * v[vb + c];
+            }
+            m = m_new;
+        }
+        let mut inv = 0.0f32;
+        let mut row_lse = 1.0e30f32;
+        if sum > 0.0f32 {
+            inv = 1.0f32 / sum;
+            row_lse = m + f32::ln(sum);
+        }
+        #[unroll]
+        for c in 0..d {
+            out[r * d + c] = acc[c] * inv;
+        }
+        lse[r] = row_lse;
+    }
+
+    /// `delta[r] = Σ_c dout[r, c] · out[r, c]`, one unit per row.
+    #[cube(launch)]
+    pub fn row_dot(dout: &[f32], out: &[f32], delta: &mut [f32], rows: u32, #[comptime] d: usize) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let mut acc = 0.0f32;
+        #[unroll]
+        for c in 0..d {
+            acc += dout[r * d + c] * out[r * d + c];
+        }
+        delta[r] = acc;
+    }
+
+    /// Backward for `dq` (or `dq̃`): one unit per query row, looping over keys `j ≤ i`.
+    #[cube(launch)]
+    pub fn attn_bwd_dq(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dout: &[f32],
+        lse: &[f32],
+        delta: &[f32],
+        dq: &mut [f32],
+        rows: u32,
+        seq: u32,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let l = seq as usize;
+        let i = r % l;
+        let base = r - i;
+        let mut qi = Array::<f32>::new(w);
+        let mut gq = Array::<f32>::new(w);
+        #[unroll]
+        for c in 0..w {
+            qi[c] = q[r * w + c];
+            gq[c] = 0.0f32;
+        }
+        let mut doi = Array::<f32>::new(d);
+        #[unroll]
+        for c in 0..d {
+            doi[c] = dout[r * d + c];
+        }
+        let lse_i = lse[r];
+        let delta_i = delta[r];
+        let mut q_sum = 0.0f32;
+        if tapa {
+            q_sum = sum_local(&qi, amp, w);
+        }
+        for j in 0..i + 1 {
+            let kb = (base + j) * w;
+            let dp = dot_range(&doi, v, (base + j) * d, 0, d);
+            if tapa {
+                let a = tapa_amp(&qi, k, kb, inv_sqrt_a, amp);
+                let ph = tapa_phase(&qi, q_sum, k, kb, inv_sqrt_p, amp, w, linear);
+                let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
+                let phi = two_pi_dist * ph;
+                let cos_phi = f32::cos(phi);
+                let p = f32::exp(a * cos_phi - lse_i);
+                let ds = p * (dp - delta_i);
+                // ∂s/∂A = cos φ, ∂s/∂P = −A sin φ · 2π|i−j|^α.
+                let ga = ds * cos_phi * inv_sqrt_a;
+                let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
+                #[unroll]
+                for c in 0..amp {
+                    gq[c] += ga * k[kb + c];
+                }
+                if linear {
+                    #[unroll]
+                    for c in amp..w {
+                        gq[c] += gp;
+                    }
+                } else {
+                    #[unroll]
+                    for c in amp..w {
+                        gq[c] += gp * k[kb + c];
+                    }
+                }
+            } else {
+                let s = dot_range(&qi, k, kb, 0, w) * scale;
+                let p = f32::exp(s - lse_i);
+                let ds = p * (dp - delta_i) * scale;
+                #[unroll]
+                for c in 0..w {
+                    gq[c] += ds * k[kb + c];
+                }
+            }
+        }
+        #[unroll]
+        for c in 0..w {
+            dq[r * w + c] = gq[c];
+        }
+    }
+
+    /// Backward for `dk` (or `dk̃`) and `dv`: one unit per key row, looping over queries `i ≥ j`.
+    #[cube(launch)]
+    pub fn attn_bwd_dkdv(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dout: &[f32],
+        lse: &[f32],
+        delta: &[f32],
+        dk: &mut [f32],
+        dv: &mut [f32],
+        rows: u32,
+        seq: u32,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let l = seq as usize;
+        let j = r % l;
+        let base = r - j;
+        let mut kj = Array::<f32>::new(w);
+        let mut gk = Array::<f32>::new(w);
+        #[unroll]
+        for c in 0..w {
+            kj[c] = k[r * w + c];
+            gk[c] = 0.0f32;
+        }
+        let mut vj = Array::<f32>::new(d);
+        let mut gv = Array::<f32>::new(d);
+        #[unroll]
+        for c in 0..d {
+            vj[c] = v[r * d + c];
+            gv[c] = 0.0f32;
+        }
+        let mut k_sum = 0.0f32;
+        if tapa {
+            k_sum = sum_local(&kj, amp, w);
+        }
+        for i in j..l {
+            let qr = base + i;
+            let qb = qr * w;
+            let ob = qr * d;
+            let lse_i = lse[qr];
+            let delta_i = delta[qr];
+            let dp = dot_range(&vj, dout, ob, 0, d);
+            if tapa {
+                let a = tapa_amp(&kj, q, qb, inv_sqrt_a, amp);
+                let ph = tapa_phase(&kj, k_sum, q, qb, inv_sqrt_p, amp, w, linear);
+                let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
+                let phi = two_pi_dist * ph;
+                let cos_phi = f32::cos(phi);
+                let p = f32::exp(a * cos_phi - lse_i);
+                #[unroll]
+                for c in 0..d {
+                    gv[c] += p * dout[ob + c];
+                }
+                let ds = p * (dp - delta_i);
+                let ga = ds * cos_phi * inv_sqrt_a;
+                let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
+                #[unroll]
+                for c in 0..amp {
+                    gk[c] += ga * q[qb + c];
+                }
+                if linear {
+                    #[unroll]
+                    for c in amp..w {
+                        gk[c] += gp;
+                    }
+                } else {
+                    #[unroll]
+                    for c in amp..w {
+                        gk[c] += gp * q[qb + c];
+                    }
+                }
+            } else {
+                let s = dot_range(&kj, q, qb, 0, w) * scale;
+                let p = f32::exp(s - lse_i);
+                #[unroll]
+                for c in 0..d {
+                    gv[c] += p * dout[ob + c];
+                }
+                let ds = p * (dp - delta_i) * scale;
+                #[unroll]
+                for c in 0..w {
+                    gk[c] += ds * q[qb + c];
+                }
+            }
+        }
+        #[unroll]
+        for c in 0..w {
+            dk[r * w + c] = gk[c];
+        }
+        #[unroll]
+        for c in 0..d {
+            dv[r * d + c] = gv[c];
+        }
+    }
+
+    /// RoPE on one row per unit: `out = a · R(±pos·θ) x` (`inverse` rotates by −pos·θ, the
+    /// transpose, for the backward). `inv_freq`: `[d/2]`.
+    #[cube(launch)]
+    pub fn rope_rotate(
+        x: &[f32],
+        inv_freq: &[f32],
+        out: &mut [f32],
+        rows: u32,
+        seq: u32,
+        factor: f32,
+        #[comptime] d: usize,
+        #[comptime] adjacent: bool,
+        #[comptime] inverse: bool,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let pos = f32::cast_from((r % seq as usize) as u32);
+        let half = d / 2;
+        #[unroll]
+        for p in 0..half {
+            let mut ia = p;
+            let mut ib = p + half;
+            if adjacent {
+                ia = 2 * p;
+                ib = 2 * p + 1;
+            }
+            let ang = pos * inv_freq[p];
+            let c = f32::cos(ang) * factor;
+            let mut s = f32::sin(ang) * factor;
+            if inverse {
+                s = -s;
+            }
+            let xa = x[r * d + ia];
+            let xb = x[r * d + ib];
+            out[r * d + ia] = xa * c - xb * s;
+            out[r * d + ib] = xa * s + xb * c;
+        }
+    }
+
+    /// Numerically stable softplus `ln(1 + eˣ)`.
+    #[cube]
+    pub fn softplus(x: f32) -> f32 {
+        f32::max(x, 0.0f32) + f32::log1p(f32::exp(-f32::abs(x)))
+    }
+
+    /// Logistic sigmoid (softplus' derivative).
+    #[cube]
+    pub fn sigmoid(x: f32) -> f32 {
+        1.0f32 / (1.0f32 + f32::exp(-x))
+    }
+
+    /// PoPE q̃ (`is_key = false`) or k̃ (`true`), one row per unit: `x`: `[rows, d]` →
+    /// `out`: `[rows, 2d]`. `theta`: `[d]`; `delta`: `[heads · d]` (keys only).
+    #[cube(launch)]
+    pub fn pope_prep(
+        x: &[f32],
+        theta: &[f32],
+        delta: &[f32],
+        out: &mut [f32],
+        rows: u32,
+        seq: u32,
+        heads: u32,
+        #[comptime] d: usize,
+        #[comptime] is_key: bool,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let l = seq as usize;
+        let pos = f32::cast_from((r % l) as u32);
+        let h = (r / l) % heads as usize;
+        #[unroll]
+        for c in 0..d {
+            let mu = softplus(x[r * d + c]);
+            let mut ang = pos * theta[c];
+            if is_key {
+                ang += delta[h * d + c];
+            }
+            out[r * 2 * d + c] = mu * f32::cos(ang);
+            out[r * 2 * d + d + c] = mu * f32::sin(ang);
+        }
+    }
+
+    /// PoPE backward of [`pope_prep`]: `g`: `[rows, 2d]` (`dq̃` or `dk̃`) → `dx`: `[rows, d]`
+    /// and, for keys, `dphase[r, c] = ∂L/∂(angle)` (summed into `dδ` by the host).
+    #[cube(launch)]
+    pub fn pope_prep_bwd(
+        x: &[f32],
+        theta: &[f32],
+        delta: &[f32],
+        g: &[f32],
+        dx: &mut [f32],
+        dphase: &mut [f32],
+        rows: u32,
+        seq: u32,
+        heads: u32,
+        #[comptime] d: usize,
+        #[comptime] is_key: bool,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let l = seq as usize;
+        let pos = f32::cast_from((r % l) as u32);
+        let h = (r / l) % heads as usize;
+        #[unroll]
+        for c in 0..d {
+            let xv = x[r * d + c];
+            let mut ang = pos * theta[c];
+            if is_key {
+                ang += delta[h * d + c];
+            }
+            let cs = f32::cos(ang);
+            let sn = f32::sin(ang);
+            let gc = g[r * 2 * d + c];
+            let gs = g[r * 2 * d + d + c];
+            // ∂L/∂μ = g_c cos + g_s sin;  ∂μ/∂x = σ(x).
+            dx[r * d + c] = (gc * cs + gs * sn) * sigmoid(xv);
+            if is_key {
+                // ∂L/∂angle = μ (−g_c sin + g_s cos).
+                dphase[r * d + c] = softplus(xv) * (gs * cs - gc * sn);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side
+// ---------------------------------------------------------------------------------------------
+
+/// `[batch, heads, seq, head_dim]` of a rank-4 tensor.
+fn dims4(t: &CubeTensor) -> [usize; 4] {
+    let s = t.shape();
+    assert_eq!(s.num_dims(), 4, "expected [batch, heads, seq, head_dim]");
+    [s[0], s[1], s[2], s[3]]
+}
+
+/// Contiguous f32 copy (or the tensor itself when it already is).
+fn prepare(t: CubeTensor, what: &str) -> CubeTensor {
+    assert_eq!(t.dtype, DType::F32, "{what}: the cube kernels take f32");
+    let t = into_contiguous(t);
+    assert!(t.is_contiguous(), "{what}: not contiguous after into_contiguous");
+    t
+}
+
+/// A new contiguous f32 tensor of `shape` on `like`'s device (uninitialised).
+fn empty_like(like: &CubeTensor, shape: Vec<usize>) -> CubeTensor {
+    let n: usize = shape.iter().product();
+    let handle = like.client.empty(n.max(1) * 4);
+    CubeTensor::new_contiguous(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(shape),
+        handle,
+        DType::F32,
+    )
+}
+
+/// An f32 device buffer holding `values` (as f32), as a tensor `[len]`.
+fn upload(like: &CubeTensor, values: &[f64]) -> CubeTensor {
+    let v: Vec<f32> = values.iter().map(|&x| x as f32).collect();
+    let v = if v.is_empty() { vec![0.0f32] } else { v };
+    let handle = like.client.create_from_slice(f32::as_bytes(&v));
+    CubeTensor::new_contiguous(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(vec![v.len()]),
+        handle,
+        DType::F32,
+    )
+}
+
+fn arg(t: &CubeTensor) -> BufferArg {
+    t.clone().into_buffer_arg()
+}
+
+fn launch_dims(like: &CubeTensor, units: usize) -> (CubeCount, CubeDim) {
+    let dim = CubeDim::new_1d(CUBE_UNITS);
+    let count = calculate_cube_count_elemwise(&like.client, units.max(1), dim);
+    (count, dim)
+}
+
+/// Comptime/runtime settings of the attention kernels for one call.
+struct Plan {
+    rows: usize,
+    seq: usize,
+    head_dim: usize,
+    /// Width of the transformed q̃/k̃ rows.
+    w: usize,
+    scale: f32,
+    tapa: bool,
+    amp: usize,
+    linear: bool,
+    inv_sqrt_a: f32,
+    inv_sqrt_p: f32,
+    alpha: f32,
+}
+
+impl Plan {
+    fn new(shape: [usize; 4], enc: &CubeEncoding) -> Self {
+        let [b, h, l, d] = shape;
+        let mut plan = Plan {
+            rows: b * h * l,
+            seq: l,
+            head_dim: d,
+            w: d,
+            scale: 1.0 / (d as f32).sqrt(),
+            tapa: false,
+            amp: 0,
+            linear: false,
+            inv_sqrt_a: 1.0,
+            inv_sqrt_p: 1.0,
+            alpha: 0.0,
+        };
+        match enc {
+            CubeEncoding::Nope => {}
+            CubeEncoding::Rope { inv_freq, .. } => {
+                assert!(d % 2 == 0, "RoPE needs an even head_dim");
+                assert_eq!(inv_freq.len(), d / 2, "inv_freq must be [head_dim/2]");
+            }
+            CubeEncoding::Pope { theta, delta } => {
+                assert_eq!(theta.len(), d, "PoPE theta must be [head_dim]");
+                assert_eq!(
+                    delta.shape().num_elements(),
+                    h * d,
+                    "PoPE delta must be [heads·head_dim]"
+                );
+                plan.w = 2 * d;
+            }
+            CubeEncoding::Tapa {
+                amp_dim,
+                alpha,
+                phase,
+            } => {
+                assert!(
+                    *amp_dim >= 1 && *amp_dim < d,
+                    "TAPA amp_dim must be in 1..head_dim"
+                );
+                plan.tapa = true;
+                plan.amp = *amp_dim;
+                plan.linear = *phase == TapaPhase::Linear;
+                plan.inv_sqrt_a = 1.0 / (*amp_dim as f32).sqrt();
+                plan.inv_sqrt_p = 1.0 / ((d - amp_dim) as f32).sqrt();
+                plan.alpha = *alpha as f32;
+            }
+        }
+        plan
+    }
+}
+
+/// `(q̃, k̃)` for the dot-product encodings; `(q, k)` for NoPE and TAPA.
+fn transform(
+    q: &CubeTensor,
+    k: &CubeTensor,
+    enc: &CubeEncoding,
+    plan: &Plan,
+) -> (CubeTensor, CubeTensor) {
+    let (count, dim) = launch_dims(q, plan.rows);
+    let (rows, seq, d) = (plan.rows as u32, plan.seq as u32, plan.head_dim);
+    match enc {
+        CubeEncoding::Nope | CubeEncoding::Tapa { .. } => (q.clone(), k.clone()),
+        CubeEncoding::Rope {
+            inv_freq,
+            layout,
+            attention_factor,
+        } => {
+            let freqs = upload(q, inv_freq);
+            let rotate = |x: &CubeTensor| {
+                let out = empty_like(x, vec![plan.rows, d]);
+                kernels::rope_rotate::launch(
+                    &x.client,
+                    count.clone(),
+                    dim,
+                    arg(x),
+                    arg(&freqs),
+                    arg(&out),
+                    rows,
+                    seq,
+                    *attention_factor as f32,
+                    d,
+                    *layout == PairLayout::Adjacent,
+                    false,
+                );
+                out
+            };
+            (rotate(q), rotate(k))
+        }
+        CubeEncoding::Pope { theta, delta } => {
+            let theta = upload(q, theta);
+            let heads = (delta.shape().num_elements() / d) as u32;
+            let prep = |x: &CubeTensor, is_key: bool| {
+                let out = empty_like(x, vec![plan.rows, 2 * d]);
+                kernels::pope_prep::launch(
+                    &x.client,
+                    count.clone(),
+                    dim,
+                    arg(x),
+                    arg(&theta),
+                    arg(delta),
+                    arg(&out),
+                    rows,
+                    seq,
+                    heads,
+                    d,
+                    is_key,
+                );
+                out
+            };
+            (prep(q, false), prep(k, true))
+        }
+    }
+}
+
+fn validate(q: &CubeTensor, k: &CubeTensor, v: &CubeTensor) -> [usize; 4] {
+    let shape = dims4(q);
+    assert_eq!(dims4(k), shape, "k must have q's shape");
+    assert_eq!(dims4(v), shape, "v must have q's shape");
+    shape
+}
+
+fn prepare_encoding(enc: &CubeEncoding) -> CubeEncoding {
+    match enc {
+        CubeEncoding::Pope { theta, delta } => CubeEncoding::Pope {
+            theta: theta.clone(),
+            delta: prepare(delta.clone(), "delta"),
+        },
+        other => other.clone(),
+    }
+}
+
+/// Causal attention forward.
+///
+/// `q`, `k`, `v`: `[batch, heads, seq, head_dim]` f32 on one cube device. Returns
+/// `(out [batch, heads, seq, head_dim], lse [batch, heads, seq])`, `lse` in nats (log of the
+/// softmax normaliser of each query row, scores as defined in the module docs).
+///
+/// # Panics
+/// On mismatched shapes, a non-f32 dtype, or encoding parameters of the wrong length.
+pub fn forward(
+    q: CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    params: &CubeAttentionParams,
+) -> (CubeTensor, CubeTensor) {
+    let shape = validate(&q, &k, &v);
+    let (q, k, v) = (prepare(q, "q"), prepare(k, "k"), prepare(v, "v"));
+    let enc = prepare_encoding(&params.encoding);
+    let plan = Plan::new(shape, &enc);
+    let (qt, kt) = transform(&q, &k, &enc, &plan);
+    let [b, h, l, d] = shape;
+    let out = empty_like(&q, vec![b, h, l, d]);
+    let lse = empty_like(&q, vec![b, h, l]);
+    let (count, dim) = launch_dims(&q, plan.rows);
+    kernels::attn_fwd::launch(
+        &q.client,
+        count,
+        dim,
+        arg(&qt),
+        arg(&kt),
+        arg(&v),
+        arg(&out),
+        arg(&lse),
+        plan.rows as u32,
+        plan.seq as u32,
+        plan.scale,
+        plan.inv_sqrt_a,
+        plan.inv_sqrt_p,
+        plan.alpha,
+        plan.w,
+        d,
+        plan.tapa,
+        plan.amp,
+        plan.linear,
+    );
+    (out, lse)
+}
+
+/// Causal attention backward.
+///
+/// `q`, `k`, `v`, `out`, `dout`: `[batch, heads, seq, head_dim]`; `lse`: `[batch, heads, seq]`,
+/// both from [`forward`] with the same `params`. Returns `dq`, `dk`, `dv` like `q`, and for PoPE
+/// `dδ` `[heads · head_dim]` (summed over batch and positions).
+pub fn backward(
+    q: CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    out: CubeTensor,
+    lse: CubeTensor,
+    dout: CubeTensor,
+    params: &CubeAttentionParams,
+) -> CubeGrads {
+    let shape = validate(&q, &k, &v);
+    assert_eq!(dims4(&out), shape, "out must have q's shape");
+    assert_eq!(dims4(&dout), shape, "dout must have q's shape");
+    let [b, h, l, d] = shape;
+    assert_eq!(
+        lse.shape().num_elements(),
+        b * h * l,
+        "lse must be [batch, heads, seq]"
+    );
+    let (q, k, v) = (prepare(q, "q"), prepare(k, "k"), prepare(v, "v"));
+    let (out, lse, dout) = (
+        prepare(out, "out"),
+        prepare(lse, "lse"),
+        prepare(dout, "dout"),
+    );
+    let enc = prepare_encoding(&params.encoding);
+    let plan = Plan::new(shape, &enc);
+    let (qt, kt) = transform(&q, &k, &enc, &plan);
+    let (count, dim) = launch_dims(&q, plan.rows);
+    let client = q.client.clone();
+    let (rows, seq) = (plan.rows as u32, plan.seq as u32);
+
+    let delta = empty_like(&q, vec![plan.rows]);
+    kernels::row_dot::launch(
+        &client,
+        count.clone(),
+        dim,
+        arg(&dout),
+        arg(&out),
+        arg(&delta),
+        rows,
+        d,
+    );
+
+    let dqt = empty_like(&q, vec![plan.rows, plan.w]);
+    kernels::attn_bwd_dq::launch(
+        &client,
+        count.clone(),
+        dim,
+        arg(&qt),
+        arg(&kt),
+        arg(&v),
+        arg(&dout),
+        arg(&lse),
+        arg(&delta),
+        arg(&dqt),
+        rows,
+        seq,
+        plan.scale,
+        plan.inv_sqrt_a,
+        plan.inv_sqrt_p,
+        plan.alpha,
+        plan.w,
+        d,
+        plan.tapa,
+        plan.amp,
+        plan.linear,
+    );
+    let dkt = empty_like(&q, vec![plan.rows, plan.w]);
+    let dv = empty_like(&q, vec![b, h, l, d]);
+    kernels::attn_bwd_dkdv::launch(
+        &client,
+        count.clone(),
+        dim,
+        arg(&qt),
+        arg(&kt),
+        arg(&v),
+        arg(&dout),
+        arg(&lse),
+        arg(&delta),
+        arg(&dkt),
+        arg(&dv),
+        rows,
+        seq,
+        plan.scale,
+        plan.inv_sqrt_a,
+        plan.inv_sqrt_p,
+        plan.alpha,
+        plan.w,
+        d,
+        plan.tapa,
+        plan.amp,
+        plan.linear,
+    );
+
+    let reshape = |t: CubeTensor| -> CubeTensor {
+        CubeBackend::float_reshape(t, Shape::from(vec![b, h, l, d]))
+    };
+    match &enc {
+        CubeEncoding::Nope | CubeEncoding::Tapa { .. } => CubeGrads {
+            dq: reshape(dqt),
+            dk: reshape(dkt),
+            dv,
+            ddelta: None,
+        },
+        CubeEncoding::Rope {
+            inv_freq,
+            layout,
+            attention_factor,
+        } => {
+            let freqs = upload(&q, inv_freq);
+            let unrotate = |g: &CubeTensor| {
+                let out = empty_like(g, vec![b, h, l, d]);
+                kernels::rope_rotate::launch(
+                    &client,
+                    count.clone(),
+                    dim,
+                    arg(g),
+                    arg(&freqs),
+                    arg(&out),
+                    rows,
+                    seq,
+                    *attention_factor as f32,
+                    d,
+                    *layout == PairLayout::Adjacent,
+                    true,
+                );
+                out
+            };
+            CubeGrads {
+                dq: unrotate(&dqt),
+                dk: unrotate(&dkt),
+                dv,
+                ddelta: None,
+            }
+        }
+        CubeEncoding::Pope { theta, delta } => {
+            let theta = upload(&q, theta);
+            let heads = (delta.shape().num_elements() / d) as u32;
+            let dphase = empty_like(&q, vec![b, h, l, d]);
+            let back = |x: &CubeTensor, g: &CubeTensor, is_key: bool| {
+                let dx = empty_like(x, vec![b, h, l, d]);
+                kernels::pope_prep_bwd::launch(
+                    &client,
+                    count.clone(),
+                    dim,
+                    arg(x),
+                    arg(&theta),
+                    arg(delta),
+                    arg(g),
+                    arg(&dx),
+                    arg(&dphase),
+                    rows,
+                    seq,
+                    heads,
+                    d,
+                    is_key,
+                );
+                dx
+            };
+            let dq = back(&q, &dqt, false);
+            let dk = back(&k, &dkt, true);
+            // dδ[h, c] = Σ_{b, j} dphase[b, h, j, c].
+            let s = CubeBackend::float_sum_dim(dphase, 2);
+            let s = CubeBackend::float_sum_dim(s, 0);
+            let ddelta = CubeBackend::float_reshape(s, Shape::from(vec![h * d]));
+            CubeGrads {
+                dq,
+                dk,
+                dv,
+                ddelta: Some(ddelta),
+            }
+        }
+    }
+}
