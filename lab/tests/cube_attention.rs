@@ -110,9 +110,15 @@ fn assert_close(got: &[f32], want: &[f32], abs: f32, what: &str) {
 enum Case {
     Nope,
     /// RoPE with this layout; `yarn` rescales half the frequencies and sets attention_factor 1.2.
-    Rope { layout: PairLayout, yarn: bool },
+    Rope {
+        layout: PairLayout,
+        yarn: bool,
+    },
     Pope,
-    Tapa { phase: TapaPhase, alpha: f64 },
+    Tapa {
+        phase: TapaPhase,
+        alpha: f64,
+    },
 }
 
 fn check(case: Case) {
@@ -330,7 +336,11 @@ fn cube_hand_computed_lse() {
     );
     let (out, lse) = (from_cube(out), from_cube(lse));
     assert!((lse[0] - 0.0).abs() < 1e-6, "lse[0] = {}", lse[0]);
-    assert!((lse[1] - (3.0 + 2f32.ln())).abs() < 1e-5, "lse[1] = {}", lse[1]);
+    assert!(
+        (lse[1] - (3.0 + 2f32.ln())).abs() < 1e-5,
+        "lse[1] = {}",
+        lse[1]
+    );
     assert!((out[0] - 2.0).abs() < 1e-6);
     assert!((out[1] - 3.0).abs() < 1e-5);
 }

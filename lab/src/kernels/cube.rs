@@ -46,8 +46,6 @@ use crate::model::{PairLayout, TapaPhase};
 
 /// Units per cube (workgroup) of every kernel.
 const CUBE_UNITS: u32 = 64;
-/// Finite stand-in for −∞ as the initial running max.
-const NEG_BIG: f32 = -1.0e30;
 
 /// The positional encoding evaluated inside the kernels.
 #[derive(Clone, Debug)]
@@ -128,7 +126,12 @@ mod kernels {
 
     /// `Σ_{c ∈ [start, end)} y[yb + c]`.
     #[cube]
-    pub fn sum_range(y: &[f32], yb: usize, #[comptime] start: usize, #[comptime] end: usize) -> f32 {
+    pub fn sum_range(
+        y: &[f32],
+        yb: usize,
+        #[comptime] start: usize,
+        #[comptime] end: usize,
+    ) -> f32 {
         let mut acc = 0.0f32;
         #[unroll]
         for c in start..end {
@@ -168,7 +171,7 @@ mod kernels {
         inv_sqrt_a: f32,
         #[comptime] amp: usize,
     ) -> f32 {
-        dot_range(x, y, yb, 0, amp) * inv_sqrt_a
+        dot_range(x, y, yb, 0usize, amp) * inv_sqrt_a
     }
 
     /// TAPA phase term `x_P·y_P / √p` (quadratic) or `(Σx_P + Σy_P)/√p` (linear), `x_sum = Σx_P`.
@@ -185,9 +188,9 @@ mod kernels {
     ) -> f32 {
         let mut raw = 0.0f32;
         if linear {
-            raw = x_sum + sum_range(y, yb, amp, d);
+            raw += x_sum + sum_range(y, yb, amp, d);
         } else {
-            raw = dot_range(x, y, yb, amp, d);
+            raw += dot_range(x, y, yb, amp, d);
         }
         raw * inv_sqrt_p
     }
@@ -234,7 +237,10 @@ mod kernels {
         if tapa {
             q_sum = sum_local(&qi, amp, w);
         }
-        let mut m = -1.0e30f32;
+        // Running max, starting at the finite −1e30 (written as an update: a negative literal
+        // initialiser would be folded into a comptime constant by the `cube` macro).
+        let mut m = 0.0f32;
+        m -= 1.0e30f32;
         let mut sum = 0.0f32;
         for j in 0..i + 1 {
             let kb = (base + j) * w;
@@ -243,9 +249,9 @@ mod kernels {
                 let a = tapa_amp(&qi, k, kb, inv_sqrt_a, amp);
                 let p = tapa_phase(&qi, q_sum, k, kb, inv_sqrt_p, amp, w, linear);
                 let phi = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha) * p;
-                s = a * f32::cos(phi);
+                s += a * f32::cos(phi);
             } else {
-                s = dot_range(&qi, k, kb, 0, w) * scale;
+                s += dot_range(&qi, k, kb, 0usize, w) * scale;
             }
             let m_new = f32::max(m, s);
             let corr = f32::exp(m - m_new);
@@ -335,7 +341,7 @@ mod kernels {
         }
         for j in 0..i + 1 {
             let kb = (base + j) * w;
-            let dp = dot_range(&doi, v, (base + j) * d, 0, d);
+            let dp = dot_range(&doi, v, (base + j) * d, 0usize, d);
             if tapa {
                 let a = tapa_amp(&qi, k, kb, inv_sqrt_a, amp);
                 let ph = tapa_phase(&qi, q_sum, k, kb, inv_sqrt_p, amp, w, linear);
@@ -363,7 +369,7 @@ mod kernels {
                     }
                 }
             } else {
-                let s = dot_range(&qi, k, kb, 0, w) * scale;
+                let s = dot_range(&qi, k, kb, 0usize, w) * scale;
                 let p = f32::exp(s - lse_i);
                 let ds = p * (dp - delta_i) * scale;
                 #[unroll]
@@ -432,7 +438,7 @@ mod kernels {
             let ob = qr * d;
             let lse_i = lse[qr];
             let delta_i = delta[qr];
-            let dp = dot_range(&vj, dout, ob, 0, d);
+            let dp = dot_range(&vj, dout, ob, 0usize, d);
             if tapa {
                 let a = tapa_amp(&kj, q, qb, inv_sqrt_a, amp);
                 let ph = tapa_phase(&kj, k_sum, q, qb, inv_sqrt_p, amp, w, linear);
@@ -463,7 +469,7 @@ mod kernels {
                     }
                 }
             } else {
-                let s = dot_range(&kj, q, qb, 0, w) * scale;
+                let s = dot_range(&kj, q, qb, 0usize, w) * scale;
                 let p = f32::exp(s - lse_i);
                 #[unroll]
                 for c in 0..d {
@@ -506,25 +512,56 @@ mod kernels {
         }
         let pos = f32::cast_from((r % seq as usize) as u32);
         let half = d / 2;
-        #[unroll]
-        for p in 0..half {
-            let mut ia = p;
-            let mut ib = p + half;
-            if adjacent {
-                ia = 2 * p;
-                ib = 2 * p + 1;
+        let row = r * d;
+        if adjacent {
+            #[unroll]
+            for p in 0..half {
+                rotate_pair(
+                    x,
+                    out,
+                    row + 2 * p,
+                    row + 2 * p + 1,
+                    pos * inv_freq[p],
+                    factor,
+                    inverse,
+                );
             }
-            let ang = pos * inv_freq[p];
-            let c = f32::cos(ang) * factor;
-            let mut s = f32::sin(ang) * factor;
-            if inverse {
-                s = -s;
+        } else {
+            #[unroll]
+            for p in 0..half {
+                rotate_pair(
+                    x,
+                    out,
+                    row + p,
+                    row + p + half,
+                    pos * inv_freq[p],
+                    factor,
+                    inverse,
+                );
             }
-            let xa = x[r * d + ia];
-            let xb = x[r * d + ib];
-            out[r * d + ia] = xa * c - xb * s;
-            out[r * d + ib] = xa * s + xb * c;
         }
+    }
+
+    /// `out[(ia, ib)] = a · R(±ang) x[(ia, ib)]`.
+    #[cube]
+    pub fn rotate_pair(
+        x: &[f32],
+        out: &mut [f32],
+        ia: usize,
+        ib: usize,
+        ang: f32,
+        factor: f32,
+        #[comptime] inverse: bool,
+    ) {
+        let c = f32::cos(ang) * factor;
+        let mut s = f32::sin(ang) * factor;
+        if inverse {
+            s = -s;
+        }
+        let xa = x[ia];
+        let xb = x[ib];
+        out[ia] = xa * c - xb * s;
+        out[ib] = xa * s + xb * c;
     }
 
     /// Numerically stable softplus `ln(1 + eˣ)`.
@@ -631,7 +668,10 @@ fn dims4(t: &CubeTensor) -> [usize; 4] {
 fn prepare(t: CubeTensor, what: &str) -> CubeTensor {
     assert_eq!(t.dtype, DType::F32, "{what}: the cube kernels take f32");
     let t = into_contiguous(t);
-    assert!(t.is_contiguous(), "{what}: not contiguous after into_contiguous");
+    assert!(
+        t.is_contiguous(),
+        "{what}: not contiguous after into_contiguous"
+    );
     t
 }
 
