@@ -263,20 +263,21 @@ def print_ratios(cube_path, torch_records):
             line = line.strip()
             if line.startswith("{"):
                 r = json.loads(line)
-                cube[(r["encoding"], r["seq"])] = r
+                cube.setdefault((r["encoding"], r["seq"]), []).append(r)
     print()
     print("cube (f32) time / PyTorch time; > 1 means the cube kernel is slower")
-    print(f"{'encoding':<12} {'seq':>6} {'torch':>8} {'kernel':<22} {'fwd ratio':>10} {'fwd+bwd ratio':>14}"
-          f" {'cube fwd ms':>12} {'cube f+b ms':>12}")
+    print(f"{'encoding':<12} {'seq':>6} {'torch':>6} {'kernel':<22} {'cube':<6} {'fwd ratio':>10} {'f+b ratio':>10}"
+          f" {'cube fwd ms':>12} {'cube f+b ms':>12} {'torch fwd ms':>13} {'torch f+b ms':>13}")
     for r in torch_records:
-        c = cube.get((r["encoding"], r["seq"]))
-        if c is None or "fwd_ms" not in r:
+        cs = cube.get((r["encoding"], r["seq"]), [])
+        if not cs or "fwd_ms" not in r:
             reason = r.get("error", "no cube result")
-            print(f"{r['encoding']:<12} {r['seq']:>6} {r['dtype']:>8} {'-':<22} {reason}")
+            print(f"{r['encoding']:<12} {r['seq']:>6} {r['dtype']:>6} {'-':<22} {reason}")
             continue
-        print(f"{r['encoding']:<12} {r['seq']:>6} {r['dtype']:>8} {r['kernel']:<22}"
-              f" {c['fwd_ms'] / r['fwd_ms']:>10.2f} {c['fwd_bwd_ms'] / r['fwd_bwd_ms']:>14.2f}"
-              f" {c['fwd_ms']:>12.3f} {c['fwd_bwd_ms']:>12.3f}")
+        for c in cs:
+            print(f"{r['encoding']:<12} {r['seq']:>6} {r['dtype']:>6} {r['kernel']:<22} {c.get('strategy', '?'):<6}"
+                  f" {c['fwd_ms'] / r['fwd_ms']:>10.2f} {c['fwd_bwd_ms'] / r['fwd_bwd_ms']:>10.2f}"
+                  f" {c['fwd_ms']:>12.3f} {c['fwd_bwd_ms']:>12.3f} {r['fwd_ms']:>13.3f} {r['fwd_bwd_ms']:>13.3f}")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ mod imp {
     use burn::backend::{Backend, Distribution, FloatDType, Shape};
     use burn_cubecl::tensor::CubeTensor;
     use burn_cubecl::{CubeBackend, CubeDevice};
-    use lab::kernels::cube::{self, CubeAttentionParams, CubeEncoding};
+    use lab::kernels::cube::{self, CubeAttentionParams, CubeEncoding, CubeStrategy};
     use lab::model::{PairLayout, TapaPhase, pope::pope_freqs, rope::inv_freq};
 
     struct Args {
@@ -25,6 +25,7 @@ mod imp {
         heads: usize,
         head_dim: usize,
         encodings: Vec<String>,
+        strategies: Vec<String>,
         warmup: usize,
         iters: usize,
     }
@@ -39,6 +40,7 @@ mod imp {
             encodings: ["nope", "rope", "pope", "tapa", "tapa-linear"]
                 .map(String::from)
                 .to_vec(),
+            strategies: vec!["tiled".into(), "rows".into()],
             warmup: 2,
             iters: 5,
         };
@@ -53,6 +55,7 @@ mod imp {
                 "--heads" => a.heads = val.parse().expect("heads"),
                 "--head-dim" => a.head_dim = val.parse().expect("head-dim"),
                 "--encodings" => a.encodings = val.split(',').map(String::from).collect(),
+                "--strategies" => a.strategies = val.split(',').map(String::from).collect(),
                 "--warmup" => a.warmup = val.parse().expect("warmup"),
                 "--iters" => a.iters = val.parse().expect("iters"),
                 other => panic!("unknown argument {other}"),
@@ -132,35 +135,46 @@ mod imp {
                     },
                     other => panic!("unknown encoding {other}"),
                 };
-                let params = CubeAttentionParams { encoding };
-                let fwd_ms = median_ms(
-                    || {
-                        let _ = cube::forward(q.clone(), k.clone(), v.clone(), &params);
-                    },
-                    a.warmup,
-                    a.iters,
-                    &dev,
-                );
-                let fwd_bwd_ms = median_ms(
-                    || {
-                        let (out, lse) = cube::forward(q.clone(), k.clone(), v.clone(), &params);
-                        let _ = cube::backward(
-                            q.clone(),
-                            k.clone(),
-                            v.clone(),
-                            out,
-                            lse,
-                            g.clone(),
-                            &params,
-                        );
-                    },
-                    a.warmup,
-                    a.iters,
-                    &dev,
-                );
-                println!(
-                    "{{\"impl\":\"cube\",\"encoding\":\"{enc_name}\",\"dtype\":\"f32\",\"batch\":{b},\"heads\":{h},\"seq\":{l},\"head_dim\":{d},\"fwd_ms\":{fwd_ms:.4},\"fwd_bwd_ms\":{fwd_bwd_ms:.4}}}"
-                );
+                for strategy_name in &a.strategies {
+                    let strategy = match strategy_name.as_str() {
+                        "tiled" => CubeStrategy::Tiled { tile: None },
+                        "rows" => CubeStrategy::Rows,
+                        other => panic!("unknown strategy {other} (tiled, rows)"),
+                    };
+                    let params = CubeAttentionParams {
+                        encoding: encoding.clone(),
+                        strategy,
+                    };
+                    let fwd_ms = median_ms(
+                        || {
+                            let _ = cube::forward(q.clone(), k.clone(), v.clone(), &params);
+                        },
+                        a.warmup,
+                        a.iters,
+                        &dev,
+                    );
+                    let fwd_bwd_ms = median_ms(
+                        || {
+                            let (out, lse) =
+                                cube::forward(q.clone(), k.clone(), v.clone(), &params);
+                            let _ = cube::backward(
+                                q.clone(),
+                                k.clone(),
+                                v.clone(),
+                                out,
+                                lse,
+                                g.clone(),
+                                &params,
+                            );
+                        },
+                        a.warmup,
+                        a.iters,
+                        &dev,
+                    );
+                    println!(
+                        "{{\"impl\":\"cube\",\"encoding\":\"{enc_name}\",\"strategy\":\"{strategy_name}\",\"dtype\":\"f32\",\"batch\":{b},\"heads\":{h},\"seq\":{l},\"head_dim\":{d},\"fwd_ms\":{fwd_ms:.4},\"fwd_bwd_ms\":{fwd_bwd_ms:.4}}}"
+                    );
+                }
             }
         }
     }

@@ -24,7 +24,7 @@
 use burn::backend::Cube;
 use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
 use burn_cubecl::tensor::CubeTensor;
-use lab::kernels::cube::{self, CubeAttentionParams, CubeEncoding};
+use lab::kernels::cube::{self, CubeAttentionParams, CubeEncoding, CubeStrategy};
 use lab::model::{
     DeltaInit, Encoding, ModelConfig, PairLayout, PositionalAttention, TapaPhase, causal_attention,
     causal_mask,
@@ -33,6 +33,15 @@ use rand::{Rng, SeedableRng};
 
 /// Shapes `(batch, heads, seq, head_dim)`: seq not a multiple of any tile, head_dim 8 and 16.
 const SHAPES: [(usize, usize, usize, usize); 3] = [(2, 2, 5, 8), (2, 2, 33, 16), (2, 2, 70, 8)];
+
+/// Every kernel layout: one unit per row; tiled with the automatic tile (64 rows here, so seq 70
+/// spans a full and a partial block); tiled with 16-row tiles (several full tiles, a partial one,
+/// and blocks whose rows all lie past the diagonal tile).
+const STRATEGIES: [CubeStrategy; 3] = [
+    CubeStrategy::Rows,
+    CubeStrategy::Tiled { tile: None },
+    CubeStrategy::Tiled { tile: Some(16) },
+];
 
 fn wgpu() -> Device {
     Device::wgpu(DeviceKind::DefaultDevice)
@@ -209,49 +218,55 @@ fn check(case: Case) {
                 phase: t.phase,
             },
         };
-        let params = CubeAttentionParams { encoding: enc };
-        let what = format!("{case:?} {shape:?}");
-        let (cq, ck, cv) = (
-            to_cube(&q, shape, &dev),
-            to_cube(&k, shape, &dev),
-            to_cube(&v, shape, &dev),
-        );
-        let (out, lse) = cube::forward(cq.clone(), ck.clone(), cv.clone(), &params);
-        assert_close(
-            &from_cube(out.clone()),
-            &ref_out,
-            1e-4,
-            &format!("{what} out"),
-        );
-        let grads_cube = cube::backward(cq, ck, cv, out, lse, to_cube(&g, shape, &dev), &params);
-        for (name, got, leaf) in [
-            ("dq", grads_cube.dq, &tq),
-            ("dk", grads_cube.dk, &tk),
-            ("dv", grads_cube.dv, &tv),
-        ] {
-            assert_close(
-                &from_cube(got),
-                &grad_vec(leaf, &grads),
-                1e-4,
-                &format!("{what} {name}"),
+        for strategy in STRATEGIES {
+            let params = CubeAttentionParams {
+                encoding: enc.clone(),
+                strategy,
+            };
+            let what = format!("{case:?} {strategy:?} {shape:?}");
+            let (cq, ck, cv) = (
+                to_cube(&q, shape, &dev),
+                to_cube(&k, shape, &dev),
+                to_cube(&v, shape, &dev),
             );
-        }
-        match (&pos, grads_cube.ddelta) {
-            (PositionalAttention::Pope(p), Some(dd)) => {
-                let want = p
-                    .delta
-                    .val()
-                    .grad(&grads)
-                    .expect("δ gradient")
-                    .try_into_data()
-                    .unwrap()
-                    .try_to_vec::<f32>()
-                    .unwrap();
-                assert_close(&from_cube(dd), &want, 1e-3, &format!("{what} dδ"));
+            let (out, lse) = cube::forward(cq.clone(), ck.clone(), cv.clone(), &params);
+            assert_close(
+                &from_cube(out.clone()),
+                &ref_out,
+                1e-4,
+                &format!("{what} out"),
+            );
+            let grads_cube =
+                cube::backward(cq, ck, cv, out, lse, to_cube(&g, shape, &dev), &params);
+            for (name, got, leaf) in [
+                ("dq", grads_cube.dq, &tq),
+                ("dk", grads_cube.dk, &tk),
+                ("dv", grads_cube.dv, &tv),
+            ] {
+                assert_close(
+                    &from_cube(got),
+                    &grad_vec(leaf, &grads),
+                    1e-4,
+                    &format!("{what} {name}"),
+                );
             }
-            (PositionalAttention::Pope(_), None) => panic!("PoPE must return dδ"),
-            (_, Some(_)) => panic!("only PoPE returns dδ"),
-            _ => {}
+            match (&pos, grads_cube.ddelta) {
+                (PositionalAttention::Pope(p), Some(dd)) => {
+                    let want = p
+                        .delta
+                        .val()
+                        .grad(&grads)
+                        .expect("δ gradient")
+                        .try_into_data()
+                        .unwrap()
+                        .try_to_vec::<f32>()
+                        .unwrap();
+                    assert_close(&from_cube(dd), &want, 1e-3, &format!("{what} dδ"));
+                }
+                (PositionalAttention::Pope(_), None) => panic!("PoPE must return dδ"),
+                (_, Some(_)) => panic!("only PoPE returns dδ"),
+                _ => {}
+            }
         }
     }
 }
@@ -324,9 +339,7 @@ fn cube_tapa_quadratic_alpha_half() {
 #[test]
 fn cube_hand_computed_lse() {
     let dev = wgpu();
-    let params = CubeAttentionParams {
-        encoding: CubeEncoding::Nope,
-    };
+    let params = CubeAttentionParams::new(CubeEncoding::Nope);
     let shape = [1, 1, 2, 1];
     let (out, lse) = cube::forward(
         to_cube(&[0.0, 1.0], shape, &dev),

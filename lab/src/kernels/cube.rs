@@ -79,11 +79,50 @@ pub enum CubeEncoding {
     },
 }
 
+/// How the attention kernels are laid out on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CubeStrategy {
+    /// One unit per row, every unit reading its keys (queries) from global memory.
+    Rows,
+    /// One cube per block of `tile` rows, staging key (query) tiles of `tile` rows in shared
+    /// memory. `None`: the largest of 64, 32, 16, 8, 4, 2, 1 whose tiles fit in 32 KiB (lavapipe's
+    /// shared-memory limit; CUDA allows 48 KiB).
+    Tiled {
+        /// Rows per tile (= units per cube), or `None` for the automatic choice.
+        tile: Option<usize>,
+    },
+}
+
 /// Parameters of the fused attention (the encoding; positions are always `0..seq`).
 #[derive(Clone, Debug)]
 pub struct CubeAttentionParams {
     /// The encoding.
     pub encoding: CubeEncoding,
+    /// Kernel layout (results agree to f32 rounding).
+    pub strategy: CubeStrategy,
+}
+
+impl CubeAttentionParams {
+    /// `encoding` with the default (tiled, automatic tile) strategy.
+    pub fn new(encoding: CubeEncoding) -> Self {
+        Self {
+            encoding,
+            strategy: CubeStrategy::Tiled { tile: None },
+        }
+    }
+}
+
+/// Shared memory budget of the tiled kernels, bytes.
+const SHARED_BYTES: usize = 32 * 1024;
+
+/// Tile rows for the tiled kernels: the largest power of two ≤ 64 whose staged rows
+/// (`w + d + 2` floats each, the backward's largest) fit in [`SHARED_BYTES`].
+fn auto_tile(w: usize, d: usize) -> usize {
+    let per_row = (w + d + 2) * 4;
+    [64, 32, 16, 8, 4, 2, 1]
+        .into_iter()
+        .find(|&bn| bn * per_row <= SHARED_BYTES)
+        .unwrap_or(1)
 }
 
 /// Gradients returned by [`backward`]; each like its input.
@@ -492,6 +531,411 @@ mod kernels {
         }
     }
 
+    // -----------------------------------------------------------------------------------------
+    // Tiled kernels: one cube per (block of `bn` rows, batch·head), `bn` units; the key (query)
+    // rows a block needs are staged through shared memory one tile of `bn` rows at a time, so each
+    // row is read from global memory once per cube instead of once per unit. Units past the end
+    // of the sequence take part in the loads and barriers but compute nothing.
+    // -----------------------------------------------------------------------------------------
+
+    /// Tiled forward; same contract as [`attn_fwd`]. Launch: cube count
+    /// `(ceil(seq/bn), batch·heads, 1)`, cube dim `bn`.
+    #[cube(launch)]
+    pub fn attn_fwd_tiled(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        out: &mut [f32],
+        lse: &mut [f32],
+        seq: u32,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+        #[comptime] bn: usize,
+    ) {
+        let l = seq as usize;
+        let t = UNIT_POS as usize;
+        let block = CUBE_POS_X as usize;
+        let base = CUBE_POS_Y as usize * l;
+        let i = block * bn + t;
+        let active = i < l;
+        let r = base + i;
+        let mut qi = Array::<f32>::new(w);
+        let mut acc = Array::<f32>::new(d);
+        #[unroll]
+        for c in 0..w {
+            qi[c] = 0.0f32;
+        }
+        #[unroll]
+        for c in 0..d {
+            acc[c] = 0.0f32;
+        }
+        if active {
+            #[unroll]
+            for c in 0..w {
+                qi[c] = q[r * w + c];
+            }
+        }
+        let mut q_sum = 0.0f32;
+        if tapa {
+            q_sum += sum_local(&qi, amp, w);
+        }
+        let mut m = 0.0f32;
+        m -= 1.0e30f32;
+        let mut sum = 0.0f32;
+        let mut ks = Shared::<[f32]>::new_slice(comptime!(bn * w));
+        let mut vs = Shared::<[f32]>::new_slice(comptime!(bn * d));
+        for tile in 0..block + 1 {
+            let j0 = tile * bn;
+            let jl = j0 + t;
+            if jl < l {
+                #[unroll]
+                for c in 0..w {
+                    ks[t * w + c] = k[(base + jl) * w + c];
+                }
+                #[unroll]
+                for c in 0..d {
+                    vs[t * d + c] = v[(base + jl) * d + c];
+                }
+            }
+            sync_cube();
+            if active {
+                let mut jend = j0 + bn;
+                if jend > i + 1 {
+                    jend = i + 1;
+                }
+                for j in j0..jend {
+                    let kb = (j - j0) * w;
+                    let mut s = 0.0f32;
+                    if tapa {
+                        let a = tapa_amp(&qi, &ks, kb, inv_sqrt_a, amp);
+                        let p = tapa_phase(&qi, q_sum, &ks, kb, inv_sqrt_p, amp, w, linear);
+                        let phi = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha) * p;
+                        s += a * f32::cos(phi);
+                    } else {
+                        s += dot_range(&qi, &ks, kb, 0usize, w) * scale;
+                    }
+                    let m_new = f32::max(m, s);
+                    let corr = f32::exp(m - m_new);
+                    let p = f32::exp(s - m_new);
+                    sum = sum * corr + p;
+                    let vb = (j - j0) * d;
+                    #[unroll]
+                    for c in 0..d {
+                        acc[c] = acc[c] * corr + p * vs[vb + c];
+                    }
+                    m = m_new;
+                }
+            }
+            sync_cube();
+        }
+        if active {
+            let mut inv = 0.0f32;
+            let mut row_lse = 1.0e30f32;
+            if sum > 0.0f32 {
+                inv = 1.0f32 / sum;
+                row_lse = m + f32::ln(sum);
+            }
+            #[unroll]
+            for c in 0..d {
+                out[r * d + c] = acc[c] * inv;
+            }
+            lse[r] = row_lse;
+        }
+    }
+
+    /// Tiled backward for `dq` (or `dq̃`); same contract as [`attn_bwd_dq`], launch as
+    /// [`attn_fwd_tiled`].
+    #[cube(launch)]
+    pub fn attn_bwd_dq_tiled(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dout: &[f32],
+        lse: &[f32],
+        delta: &[f32],
+        dq: &mut [f32],
+        seq: u32,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+        #[comptime] bn: usize,
+    ) {
+        let l = seq as usize;
+        let t = UNIT_POS as usize;
+        let block = CUBE_POS_X as usize;
+        let base = CUBE_POS_Y as usize * l;
+        let i = block * bn + t;
+        let active = i < l;
+        let r = base + i;
+        let mut qi = Array::<f32>::new(w);
+        let mut gq = Array::<f32>::new(w);
+        let mut doi = Array::<f32>::new(d);
+        #[unroll]
+        for c in 0..w {
+            qi[c] = 0.0f32;
+            gq[c] = 0.0f32;
+        }
+        #[unroll]
+        for c in 0..d {
+            doi[c] = 0.0f32;
+        }
+        let mut lse_i = 0.0f32;
+        let mut delta_i = 0.0f32;
+        if active {
+            #[unroll]
+            for c in 0..w {
+                qi[c] = q[r * w + c];
+            }
+            #[unroll]
+            for c in 0..d {
+                doi[c] = dout[r * d + c];
+            }
+            lse_i += lse[r];
+            delta_i += delta[r];
+        }
+        let mut q_sum = 0.0f32;
+        if tapa {
+            q_sum += sum_local(&qi, amp, w);
+        }
+        let mut ks = Shared::<[f32]>::new_slice(comptime!(bn * w));
+        let mut vs = Shared::<[f32]>::new_slice(comptime!(bn * d));
+        for tile in 0..block + 1 {
+            let j0 = tile * bn;
+            let jl = j0 + t;
+            if jl < l {
+                #[unroll]
+                for c in 0..w {
+                    ks[t * w + c] = k[(base + jl) * w + c];
+                }
+                #[unroll]
+                for c in 0..d {
+                    vs[t * d + c] = v[(base + jl) * d + c];
+                }
+            }
+            sync_cube();
+            if active {
+                let mut jend = j0 + bn;
+                if jend > i + 1 {
+                    jend = i + 1;
+                }
+                for j in j0..jend {
+                    let kb = (j - j0) * w;
+                    let dp = dot_range(&doi, &vs, (j - j0) * d, 0usize, d);
+                    if tapa {
+                        let a = tapa_amp(&qi, &ks, kb, inv_sqrt_a, amp);
+                        let ph = tapa_phase(&qi, q_sum, &ks, kb, inv_sqrt_p, amp, w, linear);
+                        let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
+                        let phi = two_pi_dist * ph;
+                        let cos_phi = f32::cos(phi);
+                        let p = f32::exp(a * cos_phi - lse_i);
+                        let ds = p * (dp - delta_i);
+                        let ga = ds * cos_phi * inv_sqrt_a;
+                        let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
+                        #[unroll]
+                        for c in 0..amp {
+                            gq[c] += ga * ks[kb + c];
+                        }
+                        if linear {
+                            #[unroll]
+                            for c in amp..w {
+                                gq[c] += gp;
+                            }
+                        } else {
+                            #[unroll]
+                            for c in amp..w {
+                                gq[c] += gp * ks[kb + c];
+                            }
+                        }
+                    } else {
+                        let s = dot_range(&qi, &ks, kb, 0usize, w) * scale;
+                        let p = f32::exp(s - lse_i);
+                        let ds = p * (dp - delta_i) * scale;
+                        #[unroll]
+                        for c in 0..w {
+                            gq[c] += ds * ks[kb + c];
+                        }
+                    }
+                }
+            }
+            sync_cube();
+        }
+        if active {
+            #[unroll]
+            for c in 0..w {
+                dq[r * w + c] = gq[c];
+            }
+        }
+    }
+
+    /// Tiled backward for `dk` (or `dk̃`) and `dv`; same contract as [`attn_bwd_dkdv`]. One cube
+    /// per block of `bn` key rows, staging the query-side rows (`q̃`, `dout`, `lse`, `Δ`) of the
+    /// blocks at and after it.
+    #[cube(launch)]
+    pub fn attn_bwd_dkdv_tiled(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dout: &[f32],
+        lse: &[f32],
+        delta: &[f32],
+        dk: &mut [f32],
+        dv: &mut [f32],
+        seq: u32,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+        #[comptime] bn: usize,
+    ) {
+        let l = seq as usize;
+        let t = UNIT_POS as usize;
+        let block = CUBE_POS_X as usize;
+        let base = CUBE_POS_Y as usize * l;
+        let j = block * bn + t;
+        let active = j < l;
+        let r = base + j;
+        let mut kj = Array::<f32>::new(w);
+        let mut gk = Array::<f32>::new(w);
+        let mut vj = Array::<f32>::new(d);
+        let mut gv = Array::<f32>::new(d);
+        #[unroll]
+        for c in 0..w {
+            kj[c] = 0.0f32;
+            gk[c] = 0.0f32;
+        }
+        #[unroll]
+        for c in 0..d {
+            vj[c] = 0.0f32;
+            gv[c] = 0.0f32;
+        }
+        if active {
+            #[unroll]
+            for c in 0..w {
+                kj[c] = k[r * w + c];
+            }
+            #[unroll]
+            for c in 0..d {
+                vj[c] = v[r * d + c];
+            }
+        }
+        let mut k_sum = 0.0f32;
+        if tapa {
+            k_sum += sum_local(&kj, amp, w);
+        }
+        let mut qs = Shared::<[f32]>::new_slice(comptime!(bn * w));
+        let mut dos = Shared::<[f32]>::new_slice(comptime!(bn * d));
+        let mut ls = Shared::<[f32]>::new_slice(bn);
+        let mut dls = Shared::<[f32]>::new_slice(bn);
+        let n_tiles = (l + bn - 1) / bn;
+        for tile in block..n_tiles {
+            let i0 = tile * bn;
+            let il = i0 + t;
+            if il < l {
+                let qr = base + il;
+                #[unroll]
+                for c in 0..w {
+                    qs[t * w + c] = q[qr * w + c];
+                }
+                #[unroll]
+                for c in 0..d {
+                    dos[t * d + c] = dout[qr * d + c];
+                }
+                ls[t] = lse[qr];
+                dls[t] = delta[qr];
+            }
+            sync_cube();
+            if active {
+                let mut istart = i0;
+                if istart < j {
+                    istart = j;
+                }
+                let mut iend = i0 + bn;
+                if iend > l {
+                    iend = l;
+                }
+                for i in istart..iend {
+                    let tq = i - i0;
+                    let qb = tq * w;
+                    let ob = tq * d;
+                    let lse_i = ls[tq];
+                    let delta_i = dls[tq];
+                    let dp = dot_range(&vj, &dos, ob, 0usize, d);
+                    if tapa {
+                        let a = tapa_amp(&kj, &qs, qb, inv_sqrt_a, amp);
+                        let ph = tapa_phase(&kj, k_sum, &qs, qb, inv_sqrt_p, amp, w, linear);
+                        let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
+                        let phi = two_pi_dist * ph;
+                        let cos_phi = f32::cos(phi);
+                        let p = f32::exp(a * cos_phi - lse_i);
+                        #[unroll]
+                        for c in 0..d {
+                            gv[c] += p * dos[ob + c];
+                        }
+                        let ds = p * (dp - delta_i);
+                        let ga = ds * cos_phi * inv_sqrt_a;
+                        let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
+                        #[unroll]
+                        for c in 0..amp {
+                            gk[c] += ga * qs[qb + c];
+                        }
+                        if linear {
+                            #[unroll]
+                            for c in amp..w {
+                                gk[c] += gp;
+                            }
+                        } else {
+                            #[unroll]
+                            for c in amp..w {
+                                gk[c] += gp * qs[qb + c];
+                            }
+                        }
+                    } else {
+                        let s = dot_range(&kj, &qs, qb, 0usize, w) * scale;
+                        let p = f32::exp(s - lse_i);
+                        #[unroll]
+                        for c in 0..d {
+                            gv[c] += p * dos[ob + c];
+                        }
+                        let ds = p * (dp - delta_i) * scale;
+                        #[unroll]
+                        for c in 0..w {
+                            gk[c] += ds * qs[qb + c];
+                        }
+                    }
+                }
+            }
+            sync_cube();
+        }
+        if active {
+            #[unroll]
+            for c in 0..w {
+                dk[r * w + c] = gk[c];
+            }
+            #[unroll]
+            for c in 0..d {
+                dv[r * d + c] = gv[c];
+            }
+        }
+    }
+
     /// RoPE on one row per unit: `out = a · R(±pos·θ) x` (`inverse` rotates by −pos·θ, the
     /// transpose, for the backward). `inv_freq`: `[d/2]`.
     #[cube(launch)]
@@ -843,6 +1287,23 @@ fn transform(
     }
 }
 
+/// `None` for [`CubeStrategy::Rows`]; otherwise `(tile rows, cube count, cube dim)` of the
+/// tiled kernels: one cube per (block of `tile` rows, batch·head).
+fn tiling(strategy: &CubeStrategy, plan: &Plan) -> Option<(usize, CubeCount, CubeDim)> {
+    let CubeStrategy::Tiled { tile } = strategy else {
+        return None;
+    };
+    let bn = tile.unwrap_or_else(|| auto_tile(plan.w, plan.head_dim));
+    assert!(bn >= 1, "tile must be at least one row");
+    let blocks = plan.seq.div_ceil(bn).max(1);
+    let slices = (plan.rows / plan.seq.max(1)).max(1);
+    Some((
+        bn,
+        CubeCount::Static(blocks as u32, slices as u32, 1),
+        CubeDim::new_1d(bn as u32),
+    ))
+}
+
 fn validate(q: &CubeTensor, k: &CubeTensor, v: &CubeTensor) -> [usize; 4] {
     let shape = dims4(q);
     assert_eq!(dims4(k), shape, "k must have q's shape");
@@ -882,28 +1343,55 @@ pub fn forward(
     let [b, h, l, d] = shape;
     let out = empty_like(&q, vec![b, h, l, d]);
     let lse = empty_like(&q, vec![b, h, l]);
-    let (count, dim) = launch_dims(&q, plan.rows);
-    kernels::attn_fwd::launch(
-        &q.client,
-        count,
-        dim,
-        arg(&qt),
-        arg(&kt),
-        arg(&v),
-        arg(&out),
-        arg(&lse),
-        plan.rows as u32,
-        plan.seq as u32,
-        plan.scale,
-        plan.inv_sqrt_a,
-        plan.inv_sqrt_p,
-        plan.alpha,
-        plan.w,
-        d,
-        plan.tapa,
-        plan.amp,
-        plan.linear,
-    );
+    match tiling(&params.strategy, &plan) {
+        None => {
+            let (count, dim) = launch_dims(&q, plan.rows);
+            kernels::attn_fwd::launch(
+                &q.client,
+                count,
+                dim,
+                arg(&qt),
+                arg(&kt),
+                arg(&v),
+                arg(&out),
+                arg(&lse),
+                plan.rows as u32,
+                plan.seq as u32,
+                plan.scale,
+                plan.inv_sqrt_a,
+                plan.inv_sqrt_p,
+                plan.alpha,
+                plan.w,
+                d,
+                plan.tapa,
+                plan.amp,
+                plan.linear,
+            );
+        }
+        Some((bn, count, dim)) => {
+            kernels::attn_fwd_tiled::launch(
+                &q.client,
+                count,
+                dim,
+                arg(&qt),
+                arg(&kt),
+                arg(&v),
+                arg(&out),
+                arg(&lse),
+                plan.seq as u32,
+                plan.scale,
+                plan.inv_sqrt_a,
+                plan.inv_sqrt_p,
+                plan.alpha,
+                plan.w,
+                d,
+                plan.tapa,
+                plan.amp,
+                plan.linear,
+                bn,
+            );
+        }
+    }
     (out, lse)
 }
 
@@ -956,55 +1444,108 @@ pub fn backward(
     );
 
     let dqt = empty_like(&q, vec![plan.rows, plan.w]);
-    kernels::attn_bwd_dq::launch(
-        &client,
-        count.clone(),
-        dim,
-        arg(&qt),
-        arg(&kt),
-        arg(&v),
-        arg(&dout),
-        arg(&lse),
-        arg(&delta),
-        arg(&dqt),
-        rows,
-        seq,
-        plan.scale,
-        plan.inv_sqrt_a,
-        plan.inv_sqrt_p,
-        plan.alpha,
-        plan.w,
-        d,
-        plan.tapa,
-        plan.amp,
-        plan.linear,
-    );
     let dkt = empty_like(&q, vec![plan.rows, plan.w]);
     let dv = empty_like(&q, vec![b, h, l, d]);
-    kernels::attn_bwd_dkdv::launch(
-        &client,
-        count.clone(),
-        dim,
-        arg(&qt),
-        arg(&kt),
-        arg(&v),
-        arg(&dout),
-        arg(&lse),
-        arg(&delta),
-        arg(&dkt),
-        arg(&dv),
-        rows,
-        seq,
-        plan.scale,
-        plan.inv_sqrt_a,
-        plan.inv_sqrt_p,
-        plan.alpha,
-        plan.w,
-        d,
-        plan.tapa,
-        plan.amp,
-        plan.linear,
-    );
+    match tiling(&params.strategy, &plan) {
+        None => {
+            kernels::attn_bwd_dq::launch(
+                &client,
+                count.clone(),
+                dim,
+                arg(&qt),
+                arg(&kt),
+                arg(&v),
+                arg(&dout),
+                arg(&lse),
+                arg(&delta),
+                arg(&dqt),
+                rows,
+                seq,
+                plan.scale,
+                plan.inv_sqrt_a,
+                plan.inv_sqrt_p,
+                plan.alpha,
+                plan.w,
+                d,
+                plan.tapa,
+                plan.amp,
+                plan.linear,
+            );
+            kernels::attn_bwd_dkdv::launch(
+                &client,
+                count.clone(),
+                dim,
+                arg(&qt),
+                arg(&kt),
+                arg(&v),
+                arg(&dout),
+                arg(&lse),
+                arg(&delta),
+                arg(&dkt),
+                arg(&dv),
+                rows,
+                seq,
+                plan.scale,
+                plan.inv_sqrt_a,
+                plan.inv_sqrt_p,
+                plan.alpha,
+                plan.w,
+                d,
+                plan.tapa,
+                plan.amp,
+                plan.linear,
+            );
+        }
+        Some((bn, tcount, tdim)) => {
+            kernels::attn_bwd_dq_tiled::launch(
+                &client,
+                tcount.clone(),
+                tdim,
+                arg(&qt),
+                arg(&kt),
+                arg(&v),
+                arg(&dout),
+                arg(&lse),
+                arg(&delta),
+                arg(&dqt),
+                seq,
+                plan.scale,
+                plan.inv_sqrt_a,
+                plan.inv_sqrt_p,
+                plan.alpha,
+                plan.w,
+                d,
+                plan.tapa,
+                plan.amp,
+                plan.linear,
+                bn,
+            );
+            kernels::attn_bwd_dkdv_tiled::launch(
+                &client,
+                tcount,
+                tdim,
+                arg(&qt),
+                arg(&kt),
+                arg(&v),
+                arg(&dout),
+                arg(&lse),
+                arg(&delta),
+                arg(&dkt),
+                arg(&dv),
+                seq,
+                plan.scale,
+                plan.inv_sqrt_a,
+                plan.inv_sqrt_p,
+                plan.alpha,
+                plan.w,
+                d,
+                plan.tapa,
+                plan.amp,
+                plan.linear,
+                bn,
+            );
+        }
+    }
 
     let reshape = |t: CubeTensor| -> CubeTensor {
         CubeBackend::float_reshape(t, Shape::from(vec![b, h, l, d]))
