@@ -8,12 +8,17 @@ Times causal attention, forward and forward+backward, at the shapes `cube_bench`
                FlexAttention with a causal block mask and scale 1/√d (arXiv 2509.10534 §3)
   tapa         FlexAttention on q with its phase dims zeroed (so the kernel's score is q_A·k_A) and a
                `score_mod` that multiplies by cos(2π·|i−j|^α·q_P·k_P/√p), the phase dot product unrolled as
-               p scalar loads from the captured q_P, k_P (arXiv 2509.12635 §3)
+               p scalar loads from the captured q_P, k_P, or if that does not compile, as one vector load
+               and a sum (arXiv 2509.12635 §3)
   tapa-linear  as tapa with the phase (Σq_P + Σk_P)/√p from two captured per-row sums
 
 in bf16 and f32 (SDPA in f32 cannot use FlashAttention; the backend PyTorch picks is reported). Gradients flow
 to q, k, v (and δ for PoPE); for TAPA also through the captured tensors when this PyTorch supports gradients of
 captured buffers in FlexAttention, otherwise they are detached and the record says `"captured_grad": false`.
+
+At seq ≤ --check-max-seq each variant's forward is first compared with the same encoding's score matrix
+materialised in f32 (softmax over j ≤ i, then · v): `check_max_abs_err` in the record (expect ~1e-2 in bf16,
+~1e-5 in f32).
 
 Each timing is the median of --iters runs after --warmup runs (the first FlexAttention call compiles it), timed
 with CUDA events. Prints one JSON object per line, and with --cube FILE (cube_bench's output) a table of
@@ -52,6 +57,8 @@ def parse():
     p.add_argument("--alpha", type=float, default=0.1, help="TAPA distance exponent")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--iters", type=int, default=5)
+    p.add_argument("--check-max-seq", type=int, default=1024,
+                   help="compare the forward with a materialised f32 reference at seq up to this")
     p.add_argument("--out", default=None, help="also append the JSON lines to this file")
     p.add_argument("--cube", default=None, help="cube_bench JSON lines, for the ratio table")
     return p.parse_args()
@@ -109,14 +116,16 @@ def rope_rotate(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
-def make_encoding(name, b, h, l, d, dtype, device, alpha, capture_grad=True):
-    """Returns (fn(q, k, v) -> out, extra leaf tensors needing grad, info dict). The FlexAttention
+def make_encoding(name, b, h, l, d, dtype, device, alpha, capture_grad=True, phase_sum=False):
+    """Returns (fn(q, k, v) -> out, extra leaf tensors needing grad, info dict, scores(q, k) -> the
+    [b, h, l, l] f32 score matrix of the same encoding, materialised, for --check). The FlexAttention
     variants are whole functions under torch.compile (the encoding's eager ops fuse, and FlexAttention
     only runs its fused kernel when compiled)."""
     pos = torch.arange(l, device=device, dtype=torch.float32)
     info = {}
     if name == "nope":
-        return (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)), [], info
+        return ((lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)), [], info,
+                lambda q, k: q.float() @ k.float().transpose(-1, -2) / math.sqrt(d))
     if name == "rope":
         inv = 10000.0 ** (-torch.arange(0, d, 2, device=device, dtype=torch.float32) / d)
         ang = pos[:, None] * inv[None, :]
@@ -126,7 +135,12 @@ def make_encoding(name, b, h, l, d, dtype, device, alpha, capture_grad=True):
             return F.scaled_dot_product_attention(rope_rotate(q, cos, sin), rope_rotate(k, cos, sin), v,
                                                   is_causal=True)
 
-        return fn, [], info
+        def scores(q, k):
+            c, s_ = ang.cos(), ang.sin()
+            qr, kr = rope_rotate(q.float(), c, s_), rope_rotate(k.float(), c, s_)
+            return qr @ kr.transpose(-1, -2) / math.sqrt(d)
+
+        return fn, [], info, scores
     if flex_attention is None:
         raise RuntimeError("FlexAttention not available in this PyTorch")
     block_mask = create_block_mask(lambda b_, h_, qi, kj: qi >= kj, B=None, H=None, Q_LEN=l, KV_LEN=l,
@@ -136,17 +150,26 @@ def make_encoding(name, b, h, l, d, dtype, device, alpha, capture_grad=True):
         ang = pos[:, None] * theta[None, :]  # [l, d]
         delta = (torch.rand(1, h, 1, d, device=device) * -2 * math.pi).requires_grad_()
 
-        def fn(q, k, v):
+        def cartesian(q, k):
             mq, mk = F.softplus(q.float()), F.softplus(k.float())
             kang = ang + delta
-            qt = torch.cat([mq * ang.cos(), mq * ang.sin()], -1).to(dtype)
-            kt = torch.cat([mk * kang.cos(), mk * kang.sin()], -1).to(dtype)
+            qt = torch.cat([mq * ang.cos(), mq * ang.sin()], -1)
+            kt = torch.cat([mk * kang.cos(), mk * kang.sin()], -1)
+            return qt, kt
+
+        def scores(q, k):
+            qt, kt = cartesian(q, k)
+            return qt @ kt.transpose(-1, -2) / math.sqrt(d)
+
+        def fn(q, k, v):
+            qt, kt = cartesian(q, k)
+            qt, kt = qt.to(dtype), kt.to(dtype)
             if info.get("v_padded"):  # older FlexAttention: v must have q's head dim
                 vp = torch.cat([v, torch.zeros_like(v)], -1)
                 return flex_attention(qt, kt, vp, block_mask=block_mask, scale=1.0 / math.sqrt(d))[..., :d]
             return flex_attention(qt, kt, v, block_mask=block_mask, scale=1.0 / math.sqrt(d))
 
-        return torch.compile(fn, dynamic=False), [delta], info
+        return torch.compile(fn, dynamic=False), [delta], info, scores
     if name in ("tapa", "tapa-linear"):
         a = d // 2
         p = d - a
@@ -157,7 +180,9 @@ def make_encoding(name, b, h, l, d, dtype, device, alpha, capture_grad=True):
 
         def fn(q, k, v):
             qa = torch.cat([q[..., :a], torch.zeros_like(q[..., a:])], -1)
-            qp, kp = q[..., a:], k[..., a:]
+            # Contiguous copies: captured buffers distinct from FlexAttention's own q, k inputs
+            # (a view of the key input confuses Inductor's CPU template).
+            qp, kp = q[..., a:].contiguous(), k[..., a:].contiguous()
             if not capture_grad:
                 qp, kp = qp.detach(), kp.detach()
             if linear:
@@ -173,14 +198,28 @@ def make_encoding(name, b, h, l, d, dtype, device, alpha, capture_grad=True):
                 def score_mod(score, b_, h_, qi, kj):
                     dist = (qi - kj).abs().to(torch.float32)
                     dpow = torch.where(dist > 0, torch.exp(alpha * torch.log(dist.clamp(min=1.0))), 0.0)
-                    acc = qp[b_, h_, qi, 0].to(torch.float32) * kp[b_, h_, kj, 0].to(torch.float32)
-                    for c in range(1, p):
-                        acc = acc + qp[b_, h_, qi, c].to(torch.float32) * kp[b_, h_, kj, c].to(torch.float32)
+                    if phase_sum:  # one vector load per side and a reduction
+                        acc = (qp[b_, h_, qi].to(torch.float32) * kp[b_, h_, kj].to(torch.float32)).sum(-1)
+                    else:  # p scalar loads per side, unrolled
+                        acc = qp[b_, h_, qi, 0].to(torch.float32) * kp[b_, h_, kj, 0].to(torch.float32)
+                        for c in range(1, p):
+                            acc = acc + qp[b_, h_, qi, c].to(torch.float32) * kp[b_, h_, kj, c].to(torch.float32)
                     return score * torch.cos(two_pi * dpow * acc * inv_sqrt_p)
 
             return flex_attention(qa, k, v, score_mod=score_mod, block_mask=block_mask, scale=1.0 / math.sqrt(a))
 
-        return torch.compile(fn, dynamic=False), [], info
+        def scores(q, k):
+            q, k = q.float(), k.float()
+            amp_ = q[..., :a] @ k[..., :a].transpose(-1, -2) / math.sqrt(a)
+            if linear:
+                ph = (q[..., a:].sum(-1)[..., :, None] + k[..., a:].sum(-1)[..., None, :]) * inv_sqrt_p
+            else:
+                ph = q[..., a:] @ k[..., a:].transpose(-1, -2) * inv_sqrt_p
+            dist = (pos[:, None] - pos[None, :]).abs()
+            dpow = torch.where(dist > 0, dist.clamp(min=1.0) ** alpha, torch.zeros_like(dist))
+            return amp_ * torch.cos(two_pi * dpow * ph)
+
+        return torch.compile(fn, dynamic=False), [], info, scores
     raise ValueError(f"unknown encoding {name}")
 
 
@@ -192,14 +231,25 @@ def run_case(rec, enc, q, k, v, g, dtype, device, args, time_ms):
     attempts = [{}]
     if enc == "pope":
         attempts = [{}, {"v_padded": True}]
-    elif enc.startswith("tapa"):
+    elif enc == "tapa-linear":
         attempts = [{"capture_grad": True}, {"capture_grad": False}]
+    elif enc == "tapa":
+        attempts = [{"capture_grad": g, "phase_sum": s_} for s_ in (False, True) for g in (True, False)]
     last = None
     for attempt in attempts:
         try:
-            fn, extra, info = make_encoding(enc, b, h, l, d, dtype, device, args.alpha,
-                                            capture_grad=attempt.get("capture_grad", True))
+            fn, extra, info, scores = make_encoding(enc, b, h, l, d, dtype, device, args.alpha,
+                                                    capture_grad=attempt.get("capture_grad", True),
+                                                    phase_sum=attempt.get("phase_sum", False))
             info.update(attempt)
+            if l <= args.check_max_seq:
+                # The same encoding materialised in f32: softmax over j ≤ i, then · v.
+                with torch.no_grad():
+                    s_ = scores(q.detach(), k.detach())
+                    mask = torch.ones(l, l, dtype=torch.bool, device=device).tril()
+                    ref = torch.softmax(s_.masked_fill(~mask, float("-inf")), -1) @ v.detach().float()
+                    got = fn(q.detach(), k.detach(), v.detach()).float()
+                    rec["check_max_abs_err"] = float((got - ref).abs().max())
 
             def fwd():
                 with torch.no_grad():
@@ -214,9 +264,12 @@ def run_case(rec, enc, q, k, v, g, dtype, device, args, time_ms):
             rec["fwd_ms"] = round(time_ms(fwd, args.warmup, args.iters), 4)
             rec["fwd_bwd_ms"] = round(time_ms(fwd_bwd, args.warmup, args.iters), 4)
             rec.update({k_: v_ for k_, v_ in info.items() if k_ != "v_padded" or v_})
+            rec.pop("error", None)
             return
         except Exception as e:
             last = e
+            rec.setdefault("failed_attempts", []).append(
+                {**attempt, "error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:200]})
             torch._dynamo.reset()
     raise last
 
