@@ -2,13 +2,15 @@
 CARGO ?= cargo
 PYTHON ?= python3
 PRESET ?= quick
+THREADS ?= 2
 
 .PHONY: test test-wgpu build sweep bench bench-torch bench-gpu fmt clean-results help
 
 help:
 	@echo "make test           install the test's Python deps (polars), then cargo test --release"
 	@echo "make sweep          lab sweep block-width --preset \$$PRESET (default quick)"
-	@echo "make bench          criterion benchmarks (generator throughput)"
+	@echo "make bench          criterion benchmarks: generators, fused vs reference attention (all encodings,"
+	@echo "                    seq 128/512/2048, peak memory), then the training step fused vs reference"
 	@echo "make bench-torch    the quick model's training step: lab vs PyTorch eager, same threads (needs pip install torch)"
 	@echo "make build          cargo build --release"
 	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu (lavapipe without a GPU)"
@@ -33,10 +35,12 @@ bench-gpu:
 sweep: build
 	./target/release/lab sweep block-width --preset $(PRESET)
 
-bench:
+bench: build
 	$(CARGO) bench -p tasks
+	$(CARGO) bench -p lab --bench attention
+	./target/release/lab bench train-step --preset $(PRESET) --threads $(THREADS) --attention reference
+	./target/release/lab bench train-step --preset $(PRESET) --threads $(THREADS) --attention fused
 
-THREADS ?= 2
 bench-torch: build
 	mkdir -p results/bench
 	./target/release/lab bench train-step --preset $(PRESET) --threads $(THREADS) > results/bench/lab-train-step.json

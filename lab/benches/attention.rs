@@ -1,8 +1,13 @@
 //! Fused CPU attention (`lab::kernels::cpu`) vs the reference attention (burn tensor ops with
-//! autodiff), forward + backward, causal, NoPE and RoPE, seq ∈ {128, 512, 2048}.
-//! Shape: batch 1, 4 heads, head_dim 32. Results go to docs/performance.md.
+//! autodiff), causal, for every encoding, forward and forward + backward, seq ∈ {128, 512, 2048}.
+//! Shape: batch 1, 4 heads, head_dim 32. Before timing, it prints the peak heap memory of one
+//! forward + backward of each (a counting global allocator). Results go to docs/performance.md.
+//!
+//! `LAB_BENCH_SEQ=512 cargo bench -p lab --bench attention` restricts the lengths.
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use burn::tensor::{Device, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -12,87 +17,228 @@ use lab::model::{
     causal_mask,
 };
 
+/// Global allocator that records the current and peak number of live heap bytes.
+struct Counting;
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            let now = CURRENT.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
+            PEAK.fetch_max(now, Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
+
+/// Peak extra heap bytes while `f` runs.
+fn peak_bytes(f: impl FnOnce()) -> usize {
+    let base = CURRENT.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    f();
+    PEAK.load(Ordering::Relaxed) - base
+}
+
 fn random(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
         .map(|i| {
-            (((i as u32).wrapping_mul(2654435761).wrapping_add(seed)) % 2000) as f32 / 1000.0 - 1.0
+            (((i as u32).wrapping_mul(2654435761).wrapping_add(seed)) % 2000) as f32 / 2000.0 - 0.5
         })
         .collect()
 }
 
+const B: usize = 1;
+const H: usize = 4;
+const D: usize = 32;
+
+struct Case {
+    name: &'static str,
+    l: usize,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    g: Vec<f32>,
+    enc: KernelEncoding,
+    delta: Option<Vec<f32>>,
+    pos: PositionalAttention,
+    device: Device,
+}
+
+impl Case {
+    fn new(encoding: Encoding, l: usize) -> Self {
+        let n = B * H * l * D;
+        let cfg = ModelConfig {
+            vocab_size: 8,
+            d_model: H * D,
+            n_layers: 1,
+            n_heads: H,
+            d_ff: 8,
+            encoding,
+            rope_base: 10000.0,
+            pair_layout: PairLayout::Adjacent,
+            pope_delta_init: DeltaInit::Uniform,
+            tapa_rho: 0.5,
+            tapa_alpha: 0.1,
+            tapa_phase: TapaPhase::Quadratic,
+            attention: lab::model::AttentionKernel::Reference,
+        };
+        let device = Device::flex().autodiff();
+        let pos = PositionalAttention::new(&cfg, 0, &device);
+        let (enc, delta) = match &pos {
+            PositionalAttention::Nope(_) => (KernelEncoding::Nope, None),
+            PositionalAttention::Rope(r) => (
+                KernelEncoding::Rope {
+                    inv_freq: r.inv_freq.clone(),
+                    layout: r.layout,
+                    attention_factor: r.attention_factor,
+                },
+                None,
+            ),
+            PositionalAttention::Pope(p) => (
+                KernelEncoding::Pope {
+                    theta: p.theta.clone(),
+                },
+                Some(p.delta.val().into_data().try_to_vec::<f32>().unwrap()),
+            ),
+            PositionalAttention::Tapa(t) => (
+                KernelEncoding::Tapa {
+                    amp_dim: t.amp_dim,
+                    alpha: t.alpha,
+                    phase: t.phase,
+                },
+                None,
+            ),
+        };
+        Self {
+            name: encoding.name(),
+            l,
+            q: random(n, 1),
+            k: random(n, 2),
+            v: random(n, 3),
+            g: random(n, 4),
+            enc,
+            delta,
+            pos,
+            device,
+        }
+    }
+
+    fn shape(&self) -> Shape4 {
+        Shape4 {
+            batch: B,
+            heads: H,
+            seq: self.l,
+            head_dim: D,
+        }
+    }
+
+    fn fused(&self, backward: bool) {
+        let (out, lse) = flash_forward(
+            &self.q,
+            &self.k,
+            &self.v,
+            self.delta.as_deref(),
+            self.shape(),
+            &self.enc,
+        );
+        if backward {
+            black_box(flash_backward(
+                &self.q,
+                &self.k,
+                &self.v,
+                self.delta.as_deref(),
+                &out,
+                &lse,
+                &self.g,
+                self.shape(),
+                &self.enc,
+            ));
+        } else {
+            black_box((out, lse));
+        }
+    }
+
+    fn reference(&self, backward: bool) {
+        let l = self.l;
+        let device = &self.device;
+        let t = |x: &Vec<f32>| {
+            Tensor::<4>::from_data(TensorData::new(x.clone(), [B, H, l, D]), device).require_grad()
+        };
+        let (tq, tk, tv) = (t(&self.q), t(&self.k), t(&self.v));
+        let mask = causal_mask(l, device);
+        let out = causal_attention(&self.pos, tq.clone(), tk, tv, &mask);
+        if backward {
+            let tg = Tensor::<4>::from_data(TensorData::new(self.g.clone(), [B, H, l, D]), device);
+            let grads = (out * tg).sum().backward();
+            black_box(tq.grad(&grads).unwrap().into_data());
+        } else {
+            black_box(out.into_data());
+        }
+    }
+}
+
+fn lengths() -> Vec<usize> {
+    match std::env::var("LAB_BENCH_SEQ") {
+        Ok(s) => s
+            .split(',')
+            .map(|x| x.trim().parse().expect("LAB_BENCH_SEQ: lengths"))
+            .collect(),
+        Err(_) => vec![128, 512, 2048],
+    }
+}
+
+const ENCODINGS: [Encoding; 4] = [
+    Encoding::Nope,
+    Encoding::Rope,
+    Encoding::Pope,
+    Encoding::Tapa,
+];
+
 fn bench(c: &mut Criterion) {
-    let (b, h, d) = (1usize, 4usize, 32usize);
-    let mut group = c.benchmark_group("attention_fwd_bwd");
-    group.sample_size(10);
-    for encoding in [Encoding::Nope, Encoding::Rope] {
-        for l in [128usize, 512, 2048] {
-            let n = b * h * l * d;
-            let (q, k, v, g) = (random(n, 1), random(n, 2), random(n, 3), random(n, 4));
-            let shape = Shape4 {
-                batch: b,
-                heads: h,
-                seq: l,
-                head_dim: d,
-            };
-            let enc = match encoding {
-                Encoding::Rope => KernelEncoding::Rope {
-                    inv_freq: lab::model::rope::inv_freq(d, 10000.0),
-                    layout: PairLayout::Adjacent,
-                    attention_factor: 1.0,
-                },
-                _ => KernelEncoding::Nope,
-            };
-            group.throughput(Throughput::Elements((b * h * l) as u64));
-            let name = format!("{encoding:?}").to_lowercase();
-            group.bench_with_input(BenchmarkId::new(format!("fused/{name}"), l), &l, |bn, _| {
-                bn.iter(|| {
-                    let (out, lse) = flash_forward(&q, &k, &v, shape, &enc);
-                    black_box(flash_backward(&q, &k, &v, &out, &lse, &g, shape, &enc))
-                })
-            });
-            let cfg = ModelConfig {
-                vocab_size: 8,
-                d_model: h * d,
-                n_layers: 1,
-                n_heads: h,
-                d_ff: 8,
-                encoding,
-                rope_base: 10000.0,
-                pair_layout: PairLayout::Adjacent,
-                pope_delta_init: DeltaInit::Zero,
-                tapa_rho: 0.5,
-                tapa_alpha: 0.1,
-                tapa_phase: TapaPhase::Quadratic,
-            };
-            let device = Device::flex().autodiff();
-            let pos = PositionalAttention::new(&cfg, 0, &device);
-            let mask = causal_mask(l, &device);
-            group.bench_with_input(
-                BenchmarkId::new(format!("reference/{name}"), l),
-                &l,
-                |bn, _| {
-                    bn.iter(|| {
-                        let t = |x: &Vec<f32>| {
-                            Tensor::<4>::from_data(
-                                TensorData::new(x.clone(), [b, h, l, d]),
-                                &device,
-                            )
-                            .require_grad()
-                        };
-                        let (tq, tk, tv) = (t(&q), t(&k), t(&v));
-                        let tg = Tensor::<4>::from_data(
-                            TensorData::new(g.clone(), [b, h, l, d]),
-                            &device,
-                        );
-                        let out = causal_attention(&pos, tq.clone(), tk.clone(), tv.clone(), &mask);
-                        let grads = (out * tg).sum().backward();
-                        black_box(tq.grad(&grads).unwrap().into_data())
-                    })
-                },
+    eprintln!("peak heap, forward + backward (MiB): encoding seq fused reference");
+    for encoding in ENCODINGS {
+        for l in lengths() {
+            let case = Case::new(encoding, l);
+            let fused = peak_bytes(|| case.fused(true));
+            let reference = peak_bytes(|| case.reference(true));
+            eprintln!(
+                "peak_mib {} {l} {:.2} {:.2}",
+                case.name,
+                fused as f64 / (1 << 20) as f64,
+                reference as f64 / (1 << 20) as f64
             );
         }
     }
-    group.finish();
+    for (group_name, backward) in [("attention_fwd", false), ("attention_fwd_bwd", true)] {
+        let mut group = c.benchmark_group(group_name);
+        group.sample_size(10);
+        for encoding in ENCODINGS {
+            for l in lengths() {
+                let case = Case::new(encoding, l);
+                group.throughput(Throughput::Elements((B * H * l) as u64));
+                group.bench_with_input(
+                    BenchmarkId::new(format!("fused/{}", case.name), l),
+                    &l,
+                    |bn, _| bn.iter(|| case.fused(backward)),
+                );
+                group.bench_with_input(
+                    BenchmarkId::new(format!("reference/{}", case.name), l),
+                    &l,
+                    |bn, _| bn.iter(|| case.reference(backward)),
+                );
+            }
+        }
+        group.finish();
+    }
 }
 
 criterion_group!(benches, bench);

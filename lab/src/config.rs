@@ -7,10 +7,12 @@
 
 use serde::{Deserialize, Serialize};
 use tasks::block::{BlockConfig, BlockVariant};
+use tasks::igsm::IgsmConfig;
 use tasks::indirect::IndirectConfig;
+use tasks::needle::{Haystack, NeedleConfig};
 use tasks::{Example, Split, TaskError};
 
-use crate::model::{DeltaInit, Encoding, ModelConfig, PairLayout, TapaPhase};
+use crate::model::{AttentionKernel, DeltaInit, Encoding, ModelConfig, PairLayout, TapaPhase};
 
 /// Error for an invalid configuration value: one line naming the field and its allowed range.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -76,6 +78,13 @@ pub const FIELDS: &[&str] = &[
     "max_letters",
     "max_shift",
     "train_examples",
+    "attention",
+    "ops",
+    "distractors",
+    "needle_depth",
+    "key_len",
+    "value_len",
+    "haystack",
 ];
 
 /// Task family of a run.
@@ -87,6 +96,12 @@ pub enum TaskKind {
     /// Indirect indexing (PoPE's diagnostic, SCIENCE.md §2): `min_letters`, `max_letters`,
     /// `max_shift`, `seq_len`; `vocab_size` must be at least the task's character vocabulary.
     Indirect,
+    /// iGSM-style modular arithmetic (SCIENCE.md §2): `ops`, `distractors`, `seq_len`. Trained on
+    /// the whole solution; evaluated (loss, accuracy) on the answer tokens only.
+    Igsm,
+    /// Needle retrieval (SCIENCE.md §2): `needle_depth`, `key_len`, `value_len`, `haystack`,
+    /// `seq_len`; loss and accuracy on the value tokens.
+    Needle,
 }
 
 impl TaskKind {
@@ -95,6 +110,8 @@ impl TaskKind {
         match self {
             TaskKind::Block => "block",
             TaskKind::Indirect => "indirect",
+            TaskKind::Igsm => "igsm",
+            TaskKind::Needle => "needle",
         }
     }
 }
@@ -106,6 +123,10 @@ pub enum TaskGen {
     Block(BlockConfig),
     /// Indirect indexing.
     Indirect(IndirectConfig),
+    /// iGSM arithmetic.
+    Igsm(IgsmConfig),
+    /// Needle retrieval.
+    Needle(NeedleConfig),
 }
 
 impl TaskGen {
@@ -120,6 +141,31 @@ impl TaskGen {
         match self {
             TaskGen::Block(c) => c.batch(seed, split, index0, n),
             TaskGen::Indirect(c) => c.batch(seed, split, index0, n),
+            TaskGen::Igsm(c) => {
+                let mut batch = c.batch(seed, split, index0, n)?;
+                if split == Split::Eval {
+                    // Evaluation scores the answer only (answer accuracy, answer NLL).
+                    for ex in &mut batch {
+                        if let Some(r) = tasks::igsm::answer_positions(ex) {
+                            for (t, m) in ex.mask.iter_mut().enumerate() {
+                                *m = r.contains(&t);
+                            }
+                        }
+                    }
+                }
+                Ok(batch)
+            }
+            TaskGen::Needle(c) => c.batch(seed, split, index0, n),
+        }
+    }
+
+    /// Smallest vocabulary the task's token ids fit in (`None`: set by `vocab_size` itself).
+    pub fn vocab_needed(&self) -> Option<usize> {
+        match self {
+            TaskGen::Block(_) => None,
+            TaskGen::Indirect(_) => Some(tasks::indirect::vocab_size()),
+            TaskGen::Igsm(_) => Some(tasks::igsm::vocab_size()),
+            TaskGen::Needle(_) => Some(tasks::needle::vocab_size()),
         }
     }
 
@@ -128,6 +174,8 @@ impl TaskGen {
         match self {
             TaskGen::Block(c) => c.validate(),
             TaskGen::Indirect(c) => c.validate(),
+            TaskGen::Igsm(c) => c.validate(),
+            TaskGen::Needle(c) => c.validate(),
         }
     }
 }
@@ -152,6 +200,24 @@ fn default_max_letters() -> usize {
 }
 fn default_max_shift() -> usize {
     15
+}
+fn default_ops() -> usize {
+    4
+}
+fn default_distractors() -> usize {
+    4
+}
+fn default_needle_depth() -> f64 {
+    -1.0
+}
+fn default_key_len() -> usize {
+    3
+}
+fn default_value_len() -> usize {
+    4
+}
+fn default_haystack() -> Haystack {
+    Haystack::Noise
 }
 
 /// Every setting of one training run. Units: lengths in tokens, `lr` per step.
@@ -235,6 +301,27 @@ pub struct RunConfig {
     /// set, as in the papers); 0 = an endless stream of fresh examples.
     #[serde(default)]
     pub train_examples: u64,
+    /// Attention implementation: `fused` (default) or `reference` (same maths, burn ops).
+    #[serde(default)]
+    pub attention: AttentionKernel,
+    /// iGSM: arithmetic operations on the solution path.
+    #[serde(default = "default_ops")]
+    pub ops: usize,
+    /// iGSM: quantities the question does not need.
+    #[serde(default = "default_distractors")]
+    pub distractors: usize,
+    /// Needle: relative depth of the needle in `[0, 1]`; negative = uniform random per example.
+    #[serde(default = "default_needle_depth")]
+    pub needle_depth: f64,
+    /// Needle: key length, characters.
+    #[serde(default = "default_key_len")]
+    pub key_len: usize,
+    /// Needle: value length, digits (the scored tokens).
+    #[serde(default = "default_value_len")]
+    pub value_len: usize,
+    /// Needle: haystack, `noise` (random letters) or `pairs` (distractor key:value records).
+    #[serde(default = "default_haystack")]
+    pub haystack: Haystack,
 }
 
 impl RunConfig {
@@ -316,15 +403,17 @@ impl RunConfig {
         let task = self.task();
         task.validate()
             .map_err(|e| ConfigError::Task(e.to_string()))?;
-        if let TaskGen::Indirect(_) = task {
-            let need = tasks::indirect::vocab_size();
-            if self.vocab_size < need {
-                return Err(ConfigError::new(
-                    "vocab_size",
-                    self.vocab_size,
-                    format!("must be ≥ {need} (the indirect task's character vocabulary)"),
-                ));
-            }
+        if let Some(need) = task.vocab_needed()
+            && self.vocab_size < need
+        {
+            return Err(ConfigError::new(
+                "vocab_size",
+                self.vocab_size,
+                format!(
+                    "must be ≥ {need} (the {} task's character vocabulary)",
+                    self.task.name()
+                ),
+            ));
         }
         Ok(())
     }
@@ -363,6 +452,19 @@ impl RunConfig {
                 max_shift: self.max_shift,
                 seq_len: self.seq_len,
             }),
+            TaskKind::Igsm => TaskGen::Igsm(IgsmConfig {
+                ops: self.ops,
+                distractors: self.distractors,
+                seq_len: self.seq_len,
+                ..IgsmConfig::default()
+            }),
+            TaskKind::Needle => TaskGen::Needle(NeedleConfig {
+                seq_len: self.seq_len,
+                depth: (self.needle_depth >= 0.0).then_some(self.needle_depth),
+                key_len: self.key_len,
+                value_len: self.value_len,
+                haystack: self.haystack,
+            }),
         }
     }
 
@@ -392,6 +494,7 @@ impl RunConfig {
             tapa_rho: self.tapa_rho,
             tapa_alpha: self.tapa_alpha,
             tapa_phase: self.tapa_phase,
+            attention: self.attention,
         }
     }
 
@@ -403,6 +506,13 @@ impl RunConfig {
         match self.task {
             TaskKind::Block => self.block_task().dep_width(),
             TaskKind::Indirect => self.max_letters,
+            // The longest problem (statements + solution), which grows with `ops`.
+            TaskKind::Igsm => match self.task() {
+                TaskGen::Igsm(c) => c.min_seq_len(),
+                _ => unreachable!(),
+            },
+            // The answer is copied from anywhere in the context.
+            TaskKind::Needle => self.seq_len,
         }
     }
 
@@ -501,7 +611,52 @@ pub(crate) mod tests {
             max_letters: 40,
             max_shift: 15,
             train_examples: 0,
+            attention: AttentionKernel::Fused,
+            ops: 4,
+            distractors: 4,
+            needle_depth: -1.0,
+            key_len: 3,
+            value_len: 4,
+            haystack: Haystack::Noise,
         }
+    }
+
+    /// iGSM is trained on the whole solution and evaluated on the answer only; the needle scores
+    /// its value digits; both check the vocabulary.
+    #[test]
+    fn igsm_eval_scores_the_answer_and_needle_the_value() {
+        let mut cfg = tiny();
+        cfg.task = TaskKind::Igsm;
+        cfg.vocab_size = 72;
+        cfg.seq_len = 160;
+        cfg.ops = 3;
+        cfg.validate().unwrap();
+        let train = cfg.task().batch(0, Split::Train, 0, 4).unwrap();
+        let eval = cfg.task().batch(0, Split::Eval, 0, 4).unwrap();
+        for ex in &eval {
+            let r = tasks::igsm::answer_positions(ex).unwrap();
+            let scored: Vec<usize> = (0..ex.mask.len()).filter(|&t| ex.mask[t]).collect();
+            assert_eq!(scored, r.collect::<Vec<_>>());
+        }
+        for ex in &train {
+            let r = tasks::igsm::answer_positions(ex).unwrap();
+            assert!(ex.mask.iter().filter(|&&m| m).count() > r.len() + 10);
+        }
+        cfg.vocab_size = 40;
+        assert_eq!(
+            cfg.validate().unwrap_err().to_string(),
+            "vocab_size = 40 is out of range: must be ≥ 72 (the igsm task's character vocabulary)"
+        );
+        let mut cfg = tiny();
+        cfg.task = TaskKind::Needle;
+        cfg.vocab_size = 66;
+        cfg.seq_len = 40;
+        cfg.value_len = 3;
+        cfg.needle_depth = 0.5;
+        cfg.validate().unwrap();
+        let ex = &cfg.task().batch(0, Split::Eval, 0, 1).unwrap()[0];
+        assert_eq!(ex.mask.iter().filter(|&&m| m).count(), 3);
+        assert_eq!(cfg.dep_width(), 40);
     }
 
     #[test]

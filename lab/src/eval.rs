@@ -48,6 +48,9 @@ pub struct EvalRequest {
     pub scaling: RopeScaling,
     /// Task parameter overrides, `key=value` (config field names).
     pub overrides: Vec<String>,
+    /// Name recorded in the table's `eval_name` column (`adhoc` from `lab eval`; the
+    /// `[[evals]]` entry's name in a sweep).
+    pub name: String,
 }
 
 /// Result of one evaluation.
@@ -103,47 +106,9 @@ pub fn eval_checkpoint(
     device: &Device,
 ) -> Result<EvalOutcome, EvalError> {
     let (train_cfg, model) = checkpoint::load(path, device)?;
-    let mut cfg = apply_overrides(&train_cfg, &req.overrides)?;
-    cfg.seq_len = req.seq_len;
-    cfg.validate()?;
-    let mut scaling = req.scaling.clone();
-    scaling.original_max_len = train_cfg.seq_len;
-    if scaling.kind == ScalingKind::Dynamic && scaling.seq_len.is_none() {
-        scaling.seq_len = Some(req.seq_len);
-    }
-    let freqs = scaled_inv_freq(cfg.head_dim(), cfg.rope_base, &scaling)?;
-    let model = if cfg.encoding == Encoding::Rope {
-        model.with_scaling(&freqs)
-    } else {
-        model
-    };
-    let ev = train::evaluate(&model, &cfg, device);
-    let eval_id = {
-        let mut h = blake3::Hasher::new();
-        h.update(train_cfg.run_id().as_bytes());
-        h.update(cfg.canonical_json().as_bytes());
-        h.update(serde_json::to_string(&scaling).unwrap().as_bytes());
-        h.finalize().to_hex()[..16].to_string()
-    };
-    let out = EvalOutcome {
-        train_seq_len: train_cfg.seq_len,
-        loss: ev.loss,
-        accuracy: ev.accuracy,
-        effective_freq: ev.summary.effective_freq,
-        attention_factor: if cfg.encoding == Encoding::Rope {
-            freqs.attention_factor
-        } else {
-            1.0
-        },
-        eval_id,
-        config: cfg,
-    };
+    let (out, scaling) = eval_model(&train_cfg, model, req, device)?;
     let dir = checkpoint_dir(path);
-    let table = evals_row(&train_cfg, &out, &scaling);
-    results::write_batch(
-        &dir.join("evals").join(format!("{}.parquet", out.eval_id)),
-        &table,
-    )?;
+    write_eval(&dir, &train_cfg, &out, &scaling, &req.name)?;
     // In a sweep folder (…/runs/<id>/), refresh the sweep-level evals table.
     if let Some(runs) = dir
         .parent()
@@ -169,6 +134,71 @@ pub fn eval_checkpoint(
     Ok(out)
 }
 
+/// Evaluate a trained `model` (on the plain, non-autodiff `device`) of `train_cfg` as `req`
+/// says. Returns the outcome and the scaling actually applied.
+pub fn eval_model(
+    train_cfg: &RunConfig,
+    model: crate::model::Transformer,
+    req: &EvalRequest,
+    device: &Device,
+) -> Result<(EvalOutcome, RopeScaling), EvalError> {
+    let mut cfg = apply_overrides(train_cfg, &req.overrides)?;
+    cfg.seq_len = req.seq_len;
+    cfg.validate()?;
+    let mut scaling = req.scaling.clone();
+    scaling.original_max_len = train_cfg.seq_len;
+    if scaling.kind == ScalingKind::Dynamic && scaling.seq_len.is_none() {
+        scaling.seq_len = Some(req.seq_len);
+    }
+    let freqs = scaled_inv_freq(cfg.head_dim(), cfg.rope_base, &scaling)?;
+    let model = if cfg.encoding == Encoding::Rope {
+        model.with_scaling(&freqs)
+    } else {
+        model
+    };
+    let ev = train::evaluate(&model, &cfg, device);
+    let eval_id = {
+        let mut h = blake3::Hasher::new();
+        h.update(train_cfg.run_id().as_bytes());
+        h.update(req.name.as_bytes());
+        h.update(cfg.canonical_json().as_bytes());
+        h.update(serde_json::to_string(&scaling).unwrap().as_bytes());
+        h.finalize().to_hex()[..16].to_string()
+    };
+    let out = EvalOutcome {
+        train_seq_len: train_cfg.seq_len,
+        loss: ev.loss,
+        accuracy: ev.accuracy,
+        effective_freq: ev.summary.effective_freq,
+        attention_factor: if cfg.encoding == Encoding::Rope {
+            freqs.attention_factor
+        } else {
+            1.0
+        },
+        eval_id,
+        config: cfg,
+    };
+    Ok((out, scaling))
+}
+
+/// Write one evaluation's row to `<run dir>/evals/<eval_id>.parquet`.
+pub fn write_eval(
+    run_dir: &Path,
+    train_cfg: &RunConfig,
+    out: &EvalOutcome,
+    scaling: &RopeScaling,
+    name: &str,
+) -> Result<(), EvalError> {
+    let table = evals_row(train_cfg, out, scaling, name);
+    results::write_batch(
+        &run_dir
+            .join("evals")
+            .join(format!("{}.parquet", out.eval_id)),
+        &table,
+    )?;
+    Ok(())
+}
+
 fn checkpoint_dir(path: &Path) -> PathBuf {
     if path.is_file() {
         path.parent().unwrap_or(Path::new(".")).to_path_buf()
@@ -178,7 +208,12 @@ fn checkpoint_dir(path: &Path) -> PathBuf {
 }
 
 /// The one-row `evals` table.
-pub fn evals_row(train_cfg: &RunConfig, out: &EvalOutcome, scaling: &RopeScaling) -> RecordBatch {
+pub fn evals_row(
+    train_cfg: &RunConfig,
+    out: &EvalOutcome,
+    scaling: &RopeScaling,
+    name: &str,
+) -> RecordBatch {
     let kind = serde_json::to_value(scaling.kind)
         .unwrap()
         .as_str()
@@ -187,7 +222,18 @@ pub fn evals_row(train_cfg: &RunConfig, out: &EvalOutcome, scaling: &RopeScaling
     TableBuilder::new(1)
         .str("run_id", vec![train_cfg.run_id()])
         .str("eval_id", vec![out.eval_id.clone()])
+        .str("eval_name", vec![name.to_string()])
         .str("task", vec![out.config.task.name().to_string()])
+        .str(
+            "variant",
+            vec![
+                serde_json::to_value(out.config.variant)
+                    .unwrap()
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            ],
+        )
         .str("encoding", vec![out.config.encoding.name().to_string()])
         .i64("train_seq_len", vec![out.train_seq_len as i64])
         .i64("seq_len", vec![out.config.seq_len as i64])

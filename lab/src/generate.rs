@@ -2,12 +2,16 @@
 //!
 //! Every line has `input` and `target` (token ids, `seq_len` each), `mask` (scored positions),
 //! the task name and all of its parameters; tasks with a text form add it (indirect indexing:
-//! `text`, `source`, `query`, `shift`, `answer`).
+//! `text`, `source`, `query`, `shift`, `answer`; iGSM: `text`, `prompt`, `completion`, `answer`,
+//! `ops`, `structure_hash`, `answer_positions`; needle: `text`, `key`, `value`, `needle_start`,
+//! `query_start`).
 
 use serde_json::{Value, json};
 use tasks::Split;
 use tasks::block::BlockConfig;
+use tasks::igsm::IgsmConfig;
 use tasks::indirect::IndirectConfig;
+use tasks::needle::NeedleConfig;
 
 use crate::sweep::spec::did_you_mean;
 
@@ -15,7 +19,7 @@ use crate::sweep::spec::did_you_mean;
 #[derive(Debug, thiserror::Error)]
 pub enum GenError {
     /// Unknown task.
-    #[error("unknown task `{0}`; available tasks: block, indirect")]
+    #[error("unknown task `{0}`; available tasks: block, indirect, igsm, needle")]
     UnknownTask(String),
     /// A bad `--param`.
     #[error("--param {0}")]
@@ -26,7 +30,7 @@ pub enum GenError {
 }
 
 /// Task names `lab gen` knows.
-pub const TASKS: &[&str] = &["block", "indirect"];
+pub const TASKS: &[&str] = &["block", "indirect", "igsm", "needle"];
 
 fn defaults(task: &str) -> Result<Value, GenError> {
     match task {
@@ -34,6 +38,8 @@ fn defaults(task: &str) -> Result<Value, GenError> {
             json!({"variant": "copy", "vocab_size": 16, "seq_len": 32, "block_len": 4, "noise": 0.0}),
         ),
         "indirect" => Ok(serde_json::to_value(IndirectConfig::default()).expect("serialises")),
+        "igsm" => Ok(serde_json::to_value(IgsmConfig::default()).expect("serialises")),
+        "needle" => Ok(serde_json::to_value(NeedleConfig::default()).expect("serialises")),
         other => Err(GenError::UnknownTask(other.to_string())),
     }
 }
@@ -98,6 +104,37 @@ pub fn gen_lines(
                 out.push(line.to_string());
             }
         }
+        "igsm" => {
+            let cfg: IgsmConfig = serde_json::from_value(p.clone()).map_err(bad)?;
+            cfg.validate()?;
+            for i in 0..n {
+                let problem = cfg.sample(seed, split, i as u64)?;
+                let ex = cfg.encode_problem(&problem)?;
+                let r = problem.answer_positions();
+                let mut line = json!({"task": "igsm", "index": i, "seed": seed,
+                    "text": tasks::igsm::render(&problem), "prompt": problem.prompt(),
+                    "completion": problem.completion(), "answer": problem.answer(),
+                    "ops": problem.ops(), "structure_hash": problem.structure_hash().to_string(),
+                    "answer_positions": [r.start, r.end],
+                    "input": ex.input, "target": ex.target, "mask": ex.mask});
+                merge(&mut line, &p);
+                out.push(line.to_string());
+            }
+        }
+        "needle" => {
+            let cfg: NeedleConfig = serde_json::from_value(p.clone()).map_err(bad)?;
+            cfg.validate()?;
+            for i in 0..n {
+                let s = cfg.sample(seed, split, i as u64)?;
+                let ex = cfg.example(seed, split, i as u64)?;
+                let mut line = json!({"task": "needle", "index": i, "seed": seed,
+                    "text": s.text, "key": s.key, "value": s.value,
+                    "needle_start": s.needle_start, "query_start": cfg.query_start(),
+                    "input": ex.input, "target": ex.target, "mask": ex.mask});
+                merge(&mut line, &p);
+                out.push(line.to_string());
+            }
+        }
         other => return Err(GenError::UnknownTask(other.to_string())),
     }
     Ok(out)
@@ -156,7 +193,10 @@ mod tests {
         let e = gen_lines("sudoku", &[], 1, 0, Split::Train)
             .unwrap_err()
             .to_string();
-        assert_eq!(e, "unknown task `sudoku`; available tasks: block, indirect");
+        assert_eq!(
+            e,
+            "unknown task `sudoku`; available tasks: block, indirect, igsm, needle"
+        );
         let e = gen_lines("block", &["block_len=99".into()], 1, 0, Split::Train)
             .unwrap_err()
             .to_string();
@@ -171,5 +211,62 @@ mod tests {
             let answer = v["answer"].as_str().unwrap().chars().next().unwrap();
             assert_eq!(tasks::indirect::solve(text), Some(answer), "{text}");
         }
+    }
+
+    #[test]
+    fn igsm_lines_check_and_carry_text() {
+        let lines = gen_lines(
+            "igsm",
+            &["ops=4".into(), "distractors=2".into()],
+            5,
+            3,
+            Split::Eval,
+        )
+        .unwrap();
+        assert_eq!(lines.len(), 5);
+        for line in lines {
+            let v: Value = serde_json::from_str(&line).unwrap();
+            let text = v["text"].as_str().unwrap();
+            assert_eq!(
+                tasks::igsm::check(text).unwrap() as u64,
+                v["answer"].as_u64().unwrap()
+            );
+            assert_eq!(v["ops"], 4);
+            assert_eq!(v["distractors"], 2);
+            let prompt = v["prompt"].as_str().unwrap();
+            let completion = v["completion"].as_str().unwrap();
+            assert_eq!(format!("{prompt}{completion}"), text);
+            assert_eq!(v["input"].as_array().unwrap().len(), 512);
+        }
+        let e = gen_lines("igsm", &["ops=0".into()], 1, 0, Split::Train)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "ops = 0 is out of range: must be in 1..=20");
+    }
+
+    #[test]
+    fn needle_lines_place_the_needle_at_depth() {
+        let lines = gen_lines(
+            "needle",
+            &["seq_len=256".into(), "depth=0.5".into()],
+            3,
+            0,
+            Split::Train,
+        )
+        .unwrap();
+        for line in lines {
+            let v: Value = serde_json::from_str(&line).unwrap();
+            let text = v["text"].as_str().unwrap();
+            assert_eq!(text.len(), 256);
+            // Default key 3 + value 4: F = 256 − 18 = 238, start = round(0.5 · 238) = 119.
+            assert_eq!(v["needle_start"], 119);
+            let key = v["key"].as_str().unwrap();
+            assert_eq!(&text[119..122], key);
+            assert!(text.ends_with(&format!("?{key}:{}", v["value"].as_str().unwrap())));
+        }
+        let e = gen_lines("needle", &["haystack=hay".into()], 1, 0, Split::Train)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("--param unknown variant `hay`"), "{e}");
     }
 }

@@ -55,12 +55,12 @@ enum Cmd {
     },
     /// Print a task's examples as JSON lines (input, target, mask, parameters; text where the task has one).
     #[command(
-        after_help = "Examples:\n  lab gen block --param variant=recall --param block_len=8 --n 3\n  lab gen indirect --n 5 --seed 1"
+        after_help = "Examples:\n  lab gen block --param variant=recall --param block_len=8 --n 3\n  lab gen indirect --n 5 --seed 1\n  lab gen igsm --param ops=4 --n 3\n  lab gen needle --param seq_len=256 --param depth=0.5"
     )]
     Gen {
-        /// Task: block or indirect.
+        /// Task: block, indirect, igsm or needle.
         task: String,
-        /// Task parameter, key=value (repeatable). block: variant, vocab_size, seq_len, block_len, noise; indirect: min_letters, max_letters, max_shift, seq_len.
+        /// Task parameter, key=value (repeatable). block: variant, vocab_size, seq_len, block_len, noise; indirect: min_letters, max_letters, max_shift, seq_len; igsm: ops, distractors, alphabet, name_len, eval_fraction, seq_len; needle: seq_len, depth (null = random), key_len, value_len, haystack (noise|pairs).
         #[arg(long = "param", value_name = "KEY=VALUE")]
         params: Vec<String>,
         /// Number of examples.
@@ -117,6 +117,9 @@ enum Cmd {
         /// Compute backend.
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
+        /// Evaluations to run after training (JSON list of the sweep's `[[evals]]`).
+        #[arg(long)]
+        evals: Option<PathBuf>,
     },
 }
 
@@ -139,8 +142,8 @@ enum BenchCmd {
         /// Preset.
         #[arg(long, default_value = "quick")]
         preset: String,
-        /// Attention implementation (the fused kernels come with issue 4).
-        #[arg(long, value_enum, default_value_t = AttentionArg::Reference)]
+        /// Attention implementation.
+        #[arg(long, value_enum, default_value_t = AttentionArg::Fused)]
         attention: AttentionArg,
         /// CPU threads (rayon pool) [default: all cores].
         #[arg(long)]
@@ -156,6 +159,8 @@ enum BenchCmd {
 
 #[derive(Clone, Copy, clap::ValueEnum)]
 enum AttentionArg {
+    /// Fused flash-style kernel with its own backward (O(seq) memory).
+    Fused,
     /// Reference attention from burn tensor ops (materialises the score matrix).
     Reference,
 }
@@ -300,7 +305,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 BenchCmd::TrainStep {
                     sweep: sweep_name,
                     preset,
-                    attention: _,
+                    attention,
                     threads,
                     steps,
                     warmup,
@@ -316,12 +321,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .build_global()
                 .context("cannot set the thread count")?;
             let spec = sweep::find_sweep(&sweep_name, &sweep::sweeps_dir())?;
-            let cfg = spec
+            let mut cfg = spec
                 .expand(&preset)?
                 .into_iter()
                 .next()
                 .expect("expand returns at least one run")
                 .config;
+            cfg.attention = match attention {
+                AttentionArg::Fused => lab::model::AttentionKernel::Fused,
+                AttentionArg::Reference => lab::model::AttentionKernel::Reference,
+            };
             let b = lab::train::bench_train_step(&cfg, warmup, steps, &Backend::Cpu.device());
             println!(
                 "{}",
@@ -332,7 +341,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     "d_ff": cfg.d_ff, "seq_len": cfg.seq_len, "batch": cfg.batch_size,
                     "vocab": cfg.vocab_size, "encoding": cfg.encoding, "pair_layout": cfg.pair_layout,
                     "rope_base": cfg.rope_base, "mlp": "gelu", "norm": "rmsnorm",
-                    "attention": "reference", "backend": "flex",
+                    "attention": cfg.attention.name(), "backend": "flex",
                     "lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "adam_eps": cfg.adam_eps,
                     "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip,
                 })
@@ -378,6 +387,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 seq_len,
                 scaling: scaling.to_scaling(0),
                 overrides,
+                name: "adhoc".to_string(),
             };
             let out = lab::eval::eval_checkpoint(&checkpoint, &req, &Backend::Cpu.device())?;
             println!(
@@ -397,7 +407,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
             sweep: sweep_name,
             preset,
             backend,
+            evals,
         } => {
+            let evals: Vec<sweep::spec::EvalSpec> = match &evals {
+                Some(p) => {
+                    let t = std::fs::read_to_string(p)
+                        .with_context(|| format!("cannot read {}", p.display()))?;
+                    serde_json::from_str(&t)
+                        .with_context(|| format!("{} is not a list of evals", p.display()))?
+                }
+                None => Vec::new(),
+            };
             let text = std::fs::read_to_string(&config)
                 .with_context(|| format!("cannot read {}", config.display()))?;
             let cfg: RunConfig = serde_json::from_str(&text)
@@ -411,12 +431,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 backend: backend.name().to_string(),
             };
             let every = (cfg.steps / 20).max(1);
-            let outcome =
-                sweep::runner::run_one(&cfg, &meta, &out, backend, &mut |step, steps, loss| {
+            let outcome = sweep::runner::run_one(
+                &cfg,
+                &meta,
+                &out,
+                backend,
+                &evals,
+                &mut |step, steps, loss| {
                     if step % every == 0 || step == steps {
                         eprintln!("step {step}/{steps} train loss {loss:.4}");
                     }
-                })?;
+                },
+            )?;
             eprintln!(
                 "{:?} in {:.1} s ({:.1} ms/step)",
                 outcome.status, outcome.wall_time_s, outcome.ms_per_step

@@ -34,6 +34,7 @@ fn model_config(encoding: Encoding, phase: TapaPhase) -> ModelConfig {
         tapa_rho: 0.5,
         tapa_alpha: 0.1,
         tapa_phase: phase,
+        attention: lab::model::AttentionKernel::Reference,
     }
 }
 

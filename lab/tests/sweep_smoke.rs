@@ -264,3 +264,140 @@ fn bench_train_step_prints_the_model_shape() {
     let expect = 8.0 * 64.0 / (v["ms_per_step"].as_f64().unwrap() / 1e3);
     assert!((tps - expect).abs() < 1e-6 * expect);
 }
+
+/// A sweep with `[[evals]]` (pi-self-similarity, smoke): every run is evaluated at the listed
+/// lengths and scalings after training; rows land in `evals.parquet`, scalings change the RoPE
+/// numbers, and a re-run skips everything (evaluations included).
+#[test]
+fn sweep_evals_after_training() {
+    use lab::results::{column, read_parquet};
+    let out = tmp("pi");
+    let run = || {
+        let o = lab()
+            .args([
+                "sweep",
+                "pi-self-similarity",
+                "--preset",
+                "smoke",
+                "--no-progress",
+                "--out",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    run();
+    let (_, batches) = read_parquet(&out.join("evals.parquet")).unwrap();
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    // RoPE block runs (copy, recall): dilated 1 + 4 + 4, fixed 4 + 4 = 17 each; PoPE block runs:
+    // 3 + 2 = 5; the RoPE iGSM run: fixed only (dilated is for block tasks), 4 + 4.
+    assert_eq!(rows, 2 * 17 + 2 * 5 + 8);
+    let mut loss = std::collections::BTreeMap::new();
+    for b in &batches {
+        let task = column::strings(b, "task");
+        let (name, enc, var, scaling) = (
+            column::strings(b, "eval_name"),
+            column::strings(b, "encoding"),
+            column::strings(b, "variant"),
+            column::strings(b, "scaling"),
+        );
+        let (len, bl, l) = (
+            column::ints(b, "seq_len"),
+            column::ints(b, "block_len"),
+            column::floats(b, "loss"),
+        );
+        for i in 0..b.num_rows() {
+            if task[i].as_deref() == Some("igsm") {
+                assert_eq!(name[i].as_deref(), Some("fixed"));
+                continue;
+            }
+            let key = (
+                name[i].clone().unwrap(),
+                enc[i].clone().unwrap(),
+                var[i].clone().unwrap(),
+                scaling[i].clone().unwrap(),
+                len[i].unwrap(),
+            );
+            if key.0 == "dilated" {
+                assert_eq!(
+                    bl[i].unwrap() * 32,
+                    8 * len[i].unwrap(),
+                    "block_len dilates"
+                );
+            } else {
+                assert_eq!(bl[i], Some(8), "fixed keeps block_len");
+            }
+            assert!(loss.insert(key, l[i].unwrap()).is_none(), "duplicate row");
+        }
+    }
+    let get = |s: &str| {
+        loss[&(
+            "fixed".into(),
+            "rope".into(),
+            "recall".into(),
+            s.into(),
+            128,
+        )]
+    };
+    assert_ne!(
+        get("none"),
+        get("linear"),
+        "PI must change the RoPE model's loss"
+    );
+    let again = run();
+    assert!(again.contains("0 to run"), "{again}");
+}
+
+/// The issue-5 sweeps run end to end at their smoke presets: every run finishes, the iGSM runs
+/// record `ops`, and length-extrapolation writes 1×/2×/4×/8× evaluations for every encoding.
+#[test]
+fn igsm_and_length_extrapolation_smoke_sweeps() {
+    use lab::results::{column, read_parquet};
+    for (sweep, runs, evals) in [
+        ("igsm-ops", 4, 0),
+        ("length-extrapolation", 3, 1 + 3 * 3 + 4 + 4),
+    ] {
+        let out = tmp(sweep);
+        let o = lab()
+            .args([
+                "sweep",
+                sweep,
+                "--preset",
+                "smoke",
+                "--no-progress",
+                "--out",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{sweep}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let (_, b) = read_parquet(&out.join("runs.parquet")).unwrap();
+        let status: Vec<_> = b
+            .iter()
+            .flat_map(|b| column::strings(b, "status"))
+            .collect();
+        assert_eq!(status.len(), runs, "{sweep}");
+        assert!(
+            status.iter().all(|s| s.as_deref() == Some("done")),
+            "{sweep}: {status:?}"
+        );
+        if evals > 0 {
+            let (_, e) = read_parquet(&out.join("evals.parquet")).unwrap();
+            // RoPE: 1× once, then 3 scalings at 2×, 4×, 8×; PoPE and TAPA: once per length.
+            assert_eq!(
+                e.iter().map(|b| b.num_rows()).sum::<usize>(),
+                evals,
+                "{sweep}"
+            );
+        } else {
+            let ops: Vec<_> = b.iter().flat_map(|b| column::ints(b, "ops")).collect();
+            assert_eq!(ops.iter().filter(|o| **o == Some(2)).count(), 2);
+        }
+    }
+}

@@ -15,6 +15,13 @@
 //! - [`indirect`]: indirect indexing, the PoPE diagnostic (find a query letter in a string of
 //!   distinct letters, step a signed shift, emit the letter there); character-level tokens, one
 //!   scored token per example.
+//! - [`igsm`]: iGSM-style modular arithmetic (after *Physics of Language Models 2.1*): a random
+//!   DAG of named quantities, shuffled statements, a question, and a step-by-step solution whose
+//!   number of operations is the knob `ops`; train/eval split by solution-structure hash; a
+//!   checker that re-derives every step. Character-level tokens; the solution is scored.
+//! - [`needle`]: needle retrieval (TAPA/RULER style): a `key:value;` needle at a chosen relative
+//!   depth in a haystack of noise letters or distractor records, queried at the end of a
+//!   `seq_len`-token context; the value tokens are scored.
 //!
 //! # Random streams
 //!
@@ -38,7 +45,9 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod igsm;
 pub mod indirect;
+pub mod needle;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -152,6 +161,27 @@ pub fn example_rng(seed: u64, split: Split, index: u64) -> Result<ChaCha8Rng, Ta
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(2 + 2 * index + split.id());
     Ok(rng)
+}
+
+/// Check that examples `index0 .. index0 + batch` all have indices `≤ MAX_INDEX`.
+///
+/// # Errors
+/// [`TaskError::Invalid`] on `batch` otherwise.
+pub(crate) fn check_batch(index0: u64, batch: usize) -> Result<(), TaskError> {
+    if batch > 0 {
+        let last = (batch as u64 - 1)
+            .checked_add(index0)
+            .filter(|&l| l <= MAX_INDEX);
+        if last.is_none() {
+            return Err(TaskError::Invalid {
+                field: "batch",
+                message: format!(
+                    "examples {index0}..{index0}+{batch} go past the largest index {MAX_INDEX}"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 fn check_index(index: u64) -> Result<(), TaskError> {

@@ -64,6 +64,31 @@ impl Encoding {
     }
 }
 
+/// Which implementation computes causal attention, RMSNorm and GELU (same maths, different
+/// cost).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttentionKernel {
+    /// The lab's fused kernels with hand-written backwards: flash-style attention
+    /// ([`crate::kernels::positional_attention`], O(seq·head_dim) memory), RMSNorm and GELU
+    /// ([`crate::kernels::pointwise`]). Flex backend only.
+    #[default]
+    Fused,
+    /// Burn tensor ops with autodiff ([`causal_attention`], [`rms_norm`], burn's `gelu`):
+    /// materialises `[seq, seq]` per head.
+    Reference,
+}
+
+impl AttentionKernel {
+    /// Lower-case name used in configs and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionKernel::Fused => "fused",
+            AttentionKernel::Reference => "reference",
+        }
+    }
+}
+
 /// Shape and encoding of a model. All sizes are counts (tokens, dimensions).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
@@ -91,6 +116,9 @@ pub struct ModelConfig {
     pub tapa_alpha: f64,
     /// TAPA: phase form.
     pub tapa_phase: TapaPhase,
+    /// Attention implementation.
+    #[serde(default)]
+    pub attention: AttentionKernel,
 }
 
 impl ModelConfig {
@@ -128,6 +156,7 @@ impl ModelConfig {
                 w_out: normal([self.d_ff, d], resid_std),
                 positional: PositionalAttention::new(self, seed, device),
                 n_heads: self.n_heads,
+                kernel: self.attention,
             });
         }
         let lm_head = normal([d, self.vocab_size], std);
@@ -136,6 +165,7 @@ impl ModelConfig {
             blocks,
             final_norm: ones(d, device),
             lm_head,
+            kernel: self.attention,
         }
     }
 }
@@ -202,6 +232,36 @@ impl PositionalAttention {
         }
     }
 
+    /// The fused kernel's description of this encoding, and PoPE's δ `[heads · head_dim]`.
+    pub fn kernel_encoding(&self) -> (crate::kernels::cpu::KernelEncoding, Option<Tensor<1>>) {
+        use crate::kernels::cpu::KernelEncoding;
+        match self {
+            PositionalAttention::Nope(_) => (KernelEncoding::Nope, None),
+            PositionalAttention::Rope(r) => (
+                KernelEncoding::Rope {
+                    inv_freq: r.inv_freq.clone(),
+                    layout: r.layout,
+                    attention_factor: r.attention_factor,
+                },
+                None,
+            ),
+            PositionalAttention::Pope(p) => (
+                KernelEncoding::Pope {
+                    theta: p.theta.clone(),
+                },
+                Some(p.delta.val()),
+            ),
+            PositionalAttention::Tapa(t) => (
+                KernelEncoding::Tapa {
+                    amp_dim: t.amp_dim,
+                    alpha: t.alpha,
+                    phase: t.phase,
+                },
+                None,
+            ),
+        }
+    }
+
     /// Attention logits before mask and softmax.
     ///
     /// `q`, `k`: `[batch, heads, seq, head_dim]` (query and key positions `0..seq`).
@@ -240,6 +300,9 @@ pub struct Block {
     pub positional: PositionalAttention,
     /// Number of heads.
     pub n_heads: usize,
+    /// Attention implementation.
+    #[module(skip)]
+    pub kernel: AttentionKernel,
 }
 
 /// Per-layer queries and keys, as seen by the positional score function (before any rotation).
@@ -266,23 +329,36 @@ impl Block {
         qk: Option<&mut Vec<LayerQk>>,
     ) -> Tensor<3> {
         let [b, l, d] = x.dims();
-        let h = rms_norm(x.clone(), &self.attn_norm);
-        let q = self.split_heads(h.clone().matmul(self.wq.val().unsqueeze()));
-        let k = self.split_heads(h.clone().matmul(self.wk.val().unsqueeze()));
-        let v = self.split_heads(h.matmul(self.wv.val().unsqueeze()));
+        let norm = |x: Tensor<3>, gain: &Param<Tensor<1>>| match self.kernel {
+            AttentionKernel::Fused => crate::kernels::pointwise::rms_norm(x, gain.val()),
+            AttentionKernel::Reference => rms_norm(x, gain),
+        };
+        let h = norm(x.clone(), &self.attn_norm);
+        let q = self.split_heads(linear(h.clone(), &self.wq));
+        let k = self.split_heads(linear(h.clone(), &self.wk));
+        let v = self.split_heads(linear(h, &self.wv));
         if let Some(store) = qk {
             store.push(LayerQk {
                 q: q.clone(),
                 k: k.clone(),
             });
         }
-        let out = causal_attention(&self.positional, q, k, v, mask)
-            .swap_dims(1, 2)
-            .reshape([b, l, d]);
-        let x = x + out.matmul(self.wo.val().unsqueeze());
-        let h = rms_norm(x.clone(), &self.mlp_norm);
-        let h = gelu(h.matmul(self.w_in.val().unsqueeze()));
-        x + h.matmul(self.w_out.val().unsqueeze())
+        let out = match self.kernel {
+            AttentionKernel::Reference => causal_attention(&self.positional, q, k, v, mask),
+            AttentionKernel::Fused => {
+                let (encoding, delta) = self.positional.kernel_encoding();
+                crate::kernels::positional_attention(q, k, v, delta, encoding)
+            }
+        };
+        let out = out.swap_dims(1, 2).reshape([b, l, d]);
+        let x = x + linear(out, &self.wo);
+        let h = norm(x.clone(), &self.mlp_norm);
+        let h = linear(h, &self.w_in);
+        let h = match self.kernel {
+            AttentionKernel::Fused => crate::kernels::pointwise::gelu(h),
+            AttentionKernel::Reference => gelu(h),
+        };
+        x + linear(h, &self.w_out)
     }
 }
 
@@ -311,6 +387,16 @@ pub fn causal_mask(seq: usize, device: &Device) -> Tensor<2, Bool> {
     Tensor::<2, Bool>::tril_mask([seq, seq], 0, device)
 }
 
+/// `x @ w` for `x` `[batch, seq, d_in]` and `w` `[d_in, d_out]`, as one `[batch·seq, d_in]`
+/// matrix product (a batched product with a broadcast weight runs `batch` small products, and its
+/// weight gradient is a sum of `batch` partial products).
+pub fn linear(x: Tensor<3>, w: &Param<Tensor<2>>) -> Tensor<3> {
+    let [b, l, d] = x.dims();
+    let w = w.val();
+    let d_out = w.dims()[1];
+    x.reshape([b * l, d]).matmul(w).reshape([b, l, d_out])
+}
+
 /// RMSNorm: `x / √(mean(x²) + 1e-6) · gain` over the last axis. `x`: `[batch, seq, d]`.
 pub fn rms_norm(x: Tensor<3>, gain: &Param<Tensor<1>>) -> Tensor<3> {
     let rms = (x.clone().square().mean_dim(2) + 1e-6).sqrt();
@@ -328,6 +414,9 @@ pub struct Transformer {
     pub final_norm: Param<Tensor<1>>,
     /// Output head `[d_model, vocab]`.
     pub lm_head: Param<Tensor<2>>,
+    /// Kernels for the final RMSNorm (the blocks carry their own).
+    #[module(skip)]
+    pub kernel: AttentionKernel,
 }
 
 impl Transformer {
@@ -341,6 +430,15 @@ impl Transformer {
                 b
             })
             .collect();
+        self
+    }
+
+    /// Use `kernel` for attention, RMSNorm and GELU in every layer.
+    pub fn with_attention(mut self, kernel: AttentionKernel) -> Self {
+        self.kernel = kernel;
+        for b in &mut self.blocks {
+            b.kernel = kernel;
+        }
         self
     }
 
@@ -381,8 +479,11 @@ impl Transformer {
         for block in &self.blocks {
             x = block.forward(x, &mask, qk.as_deref_mut());
         }
-        let x = rms_norm(x, &self.final_norm);
-        x.matmul(self.lm_head.val().unsqueeze())
+        let x = match self.kernel {
+            AttentionKernel::Fused => crate::kernels::pointwise::rms_norm(x, self.final_norm.val()),
+            AttentionKernel::Reference => rms_norm(x, &self.final_norm),
+        };
+        linear(x, &self.lm_head)
     }
 }
 

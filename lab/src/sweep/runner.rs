@@ -18,10 +18,12 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::spec::{PlannedRun, SpecError, SweepSpec};
+use super::spec::{EvalSpec, PlannedRun, SpecError, SweepSpec};
 use crate::analysis::{FitPoint, fit_law};
 use crate::config::RunConfig;
+use crate::eval::EvalRequest;
 use crate::model::Encoding;
+use crate::model::scaling::{RopeScaling, ScalingKind};
 use crate::results::tables::{FitRow, RunMeta, curves_table, fit_table, runs_row, spectrum_table};
 use crate::results::{self, ResultsError, column};
 use crate::train::{self, RunStatus, TrainOutcome};
@@ -61,6 +63,9 @@ pub enum SweepError {
     /// Saving a checkpoint.
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// An evaluation after training.
+    #[error("evaluation: {0}")]
+    Eval(String),
     /// Other I/O, with context.
     #[error("{context}: {source}")]
     Io {
@@ -122,22 +127,95 @@ pub fn is_finished(out_dir: &Path, run_id: &str) -> bool {
     run_dir(out_dir, run_id).join("runs.parquet").is_file()
 }
 
-/// Train one run in this process and write its tables into `dir` (`runs.parquet` last).
+/// Train one run in this process, run its `evals`, and write its tables into `dir`
+/// (`runs.parquet` last, so a run killed during its evaluations is redone whole).
 pub fn run_one(
     cfg: &RunConfig,
     meta: &RunMeta,
     dir: &Path,
     backend: Backend,
+    evals: &[EvalSpec],
     progress: &mut dyn FnMut(usize, usize, f64),
 ) -> Result<TrainOutcome, SweepError> {
     std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;
     results::clean_temporaries(dir);
     let (out, model) = train::train(cfg, &backend.device(), progress);
     crate::checkpoint::save(&model, cfg, dir)?;
+    if out.status == RunStatus::Done && !evals.is_empty() {
+        run_evals(cfg, dir, backend, evals)?;
+    }
     results::write_batch(&dir.join("curves.parquet"), &curves_table(cfg, &out))?;
     results::write_batch(&dir.join("spectrum.parquet"), &spectrum_table(cfg, &out))?;
     results::write_batch(&dir.join("runs.parquet"), &runs_row(cfg, meta, &out))?;
     Ok(out)
+}
+
+/// The evaluation requests of `evals` for a run of `cfg`: every length factor × scaling (RoPE
+/// runs; other encodings once per length, as trained; at factor 1 only `none`), with
+/// `scale_params` multiplied by the factor and `set` applied.
+pub fn eval_requests(cfg: &RunConfig, evals: &[EvalSpec]) -> Vec<EvalRequest> {
+    let mut out = Vec::new();
+    for e in evals
+        .iter()
+        .filter(|e| e.tasks.is_empty() || e.tasks.contains(&cfg.task))
+    {
+        for &s in &e.length_factors {
+            let mut overrides: Vec<String> = e
+                .scale_params
+                .iter()
+                .filter_map(|k| {
+                    let v = serde_json::to_value(cfg).ok()?.get(k)?.as_u64()?;
+                    Some(format!("{k}={}", v * s as u64))
+                })
+                .collect();
+            overrides.extend(e.set.iter().map(|(k, v)| format!("{k}={v}")));
+            // At s = 1 every scaling is the identity: evaluate once.
+            let scalings: Vec<ScalingKind> = if cfg.encoding == Encoding::Rope && s > 1 {
+                e.scalings.clone()
+            } else {
+                vec![ScalingKind::None]
+            };
+            for kind in scalings {
+                out.push(EvalRequest {
+                    seq_len: cfg.seq_len * s,
+                    scaling: RopeScaling {
+                        kind,
+                        factor: s as f64,
+                        original_max_len: cfg.seq_len,
+                        ..RopeScaling::default()
+                    },
+                    overrides: overrides.clone(),
+                    name: e.name.clone(),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn run_evals(
+    cfg: &RunConfig,
+    dir: &Path,
+    backend: Backend,
+    evals: &[EvalSpec],
+) -> Result<(), SweepError> {
+    let device = backend.device();
+    let (train_cfg, model) = crate::checkpoint::load(dir, &device)?;
+    for req in eval_requests(cfg, evals) {
+        let (out, scaling) = crate::eval::eval_model(&train_cfg, model.clone(), &req, &device)
+            .map_err(|e| SweepError::Eval(e.to_string()))?;
+        crate::eval::write_eval(dir, &train_cfg, &out, &scaling, &req.name)
+            .map_err(|e| SweepError::Eval(e.to_string()))?;
+        eprintln!(
+            "eval {} ×{} {:?}: loss {:.4}, acc {:.4}",
+            req.name,
+            req.seq_len / cfg.seq_len,
+            req.scaling.kind,
+            out.loss,
+            out.accuracy
+        );
+    }
+    Ok(())
 }
 
 /// Record a run whose process died without writing its tables (panic, kill, OOM).
@@ -256,12 +334,24 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
                 serde_json::to_string_pretty(&run.config).unwrap(),
             )
             .map_err(io(format!("cannot write {}", config_path.display())))?;
+            let evals_path = dir.join("evals.json");
+            if !run.evals.is_empty() {
+                std::fs::write(
+                    &evals_path,
+                    serde_json::to_string_pretty(&run.evals).unwrap(),
+                )
+                .map_err(io(format!("cannot write {}", evals_path.display())))?;
+            }
             let log = std::fs::File::create(dir.join("log.txt")).map_err(io(format!(
                 "cannot write {}",
                 dir.join("log.txt").display()
             )))?;
-            let child = Command::new(&opts.exe)
-                .arg("run-one")
+            let mut cmd = Command::new(&opts.exe);
+            cmd.arg("run-one");
+            if !run.evals.is_empty() {
+                cmd.arg("--evals").arg(&evals_path);
+            }
+            let child = cmd
                 .arg("--config")
                 .arg(&config_path)
                 .arg("--out")
@@ -397,6 +487,23 @@ pub fn collect(
                 .map(|d| d.join(format!("{table}.parquet")))
                 .collect(),
         );
+    }
+    let eval_files: Vec<PathBuf> = run_dirs
+        .iter()
+        .flat_map(|d| {
+            let mut f: Vec<PathBuf> = std::fs::read_dir(d.join("evals"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+                .collect();
+            f.sort();
+            f
+        })
+        .collect();
+    if !eval_files.is_empty() {
+        parts.insert("evals", eval_files);
     }
     for (table, files) in &parts {
         results::merge_tables(files, &out_dir.join(format!("{table}.parquet")))?;
@@ -556,4 +663,59 @@ fn summary_text(done: &[&RunRecord], fits: &[FitRow], failed: usize) -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(toml_text: &str) -> Vec<EvalSpec> {
+        #[derive(serde::Deserialize)]
+        struct F {
+            evals: Vec<EvalSpec>,
+        }
+        toml::from_str::<F>(toml_text).unwrap().evals
+    }
+
+    #[test]
+    fn eval_requests_expand_factors_scalings_and_dilation() {
+        let evals = spec(
+            r#"
+            [[evals]]
+            name = "dilated"
+            length_factors = [1, 2, 4]
+            scalings = ["none", "linear", "yarn"]
+            scale_params = ["block_len"]
+            [[evals]]
+            name = "fixed"
+            length_factors = [2]
+            set = { noise = 0.25 }
+            "#,
+        );
+        let mut cfg = crate::config::tests::tiny();
+        cfg.encoding = Encoding::Rope;
+        cfg.seq_len = 16;
+        cfg.block_len = 4;
+        let reqs = eval_requests(&cfg, &evals);
+        // dilated: 1 (s = 1) + 3 + 3; fixed: 1 (default scaling none).
+        assert_eq!(reqs.len(), 8);
+        let r = &reqs[5];
+        assert_eq!((r.name.as_str(), r.seq_len), ("dilated", 64));
+        assert_eq!(r.scaling.kind, ScalingKind::Linear);
+        assert_eq!(r.scaling.factor, 4.0);
+        assert_eq!(r.scaling.original_max_len, 16);
+        assert_eq!(r.overrides, vec!["block_len=16".to_string()]);
+        let last = &reqs[7];
+        assert_eq!((last.name.as_str(), last.seq_len), ("fixed", 32));
+        assert_eq!(last.overrides, vec!["noise=0.25".to_string()]);
+        // A task filter that excludes the run.
+        let mut only_indirect = evals.clone();
+        only_indirect[0].tasks = vec![crate::config::TaskKind::Indirect];
+        assert_eq!(eval_requests(&cfg, &only_indirect).len(), 1);
+        // Other encodings: once per length, unscaled.
+        cfg.encoding = Encoding::Pope;
+        let reqs = eval_requests(&cfg, &evals);
+        assert_eq!(reqs.len(), 4);
+        assert!(reqs.iter().all(|r| r.scaling.kind == ScalingKind::None));
+    }
 }

@@ -16,8 +16,16 @@
 //! encoding = ["rope"]
 //! seed = [0, 1, 2]
 //!
+//! [[evals]]           # optional: after training, evaluate each run at other lengths
+//! name = "dilated"    # (RoPE scalings apply to RoPE runs; other encodings run `none` only)
+//! length_factors = [2, 4]          # s: evaluate at s·seq_len
+//! scalings = ["none", "linear", "ntk", "yarn"]   # with factor s
+//! scale_params = ["block_len"]     # task fields multiplied by s too (self-similar task)
+//! set = { noise = 0.0 }            # fixed task overrides
+//! tasks = ["block"]                # only runs of these tasks (default: all)
+//!
 //! [presets.smoke]     # a preset overrides base fields, replaces named grid axes, and may
-//! base = { steps = 20 }   # replace the arms
+//! base = { steps = 20 }   # replace the arms and the evals
 //! grid = { block_len = [4, 16] }
 //! arms = [{ encoding = ["rope"], seed = [0] }]
 //! ```
@@ -28,6 +36,34 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::config::{FIELDS, RunConfig};
+use crate::model::scaling::ScalingKind;
+
+/// One `[[evals]]` entry: evaluations of every trained run at other context lengths.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSpec {
+    /// Name recorded in the `evals` table (`eval_name`).
+    pub name: String,
+    /// Length factors `s ≥ 1`: evaluate at `s · seq_len` tokens.
+    pub length_factors: Vec<usize>,
+    /// RoPE scalings to evaluate with (factor `s`, original length = training `seq_len`); runs
+    /// of other encodings are evaluated as trained, once per length.
+    #[serde(default = "default_scalings")]
+    pub scalings: Vec<ScalingKind>,
+    /// Integer task fields multiplied by `s` as well (e.g. `block_len` for a self-similar task).
+    #[serde(default)]
+    pub scale_params: Vec<String>,
+    /// Fixed task overrides for the evaluation (`field = value`).
+    #[serde(default)]
+    pub set: toml::Table,
+    /// Only runs of these tasks are evaluated (empty: all).
+    #[serde(default)]
+    pub tasks: Vec<crate::config::TaskKind>,
+}
+
+fn default_scalings() -> Vec<ScalingKind> {
+    vec![ScalingKind::None]
+}
 
 /// Errors in a sweep file or its expansion. One line each.
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +152,8 @@ struct SweepFile {
     arms: Vec<BTreeMap<String, Vec<toml::Value>>>,
     #[serde(default)]
     presets: BTreeMap<String, Preset>,
+    #[serde(default)]
+    evals: Vec<EvalSpec>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -129,6 +167,8 @@ struct Preset {
     grid: BTreeMap<String, Vec<toml::Value>>,
     #[serde(default)]
     arms: Option<Vec<BTreeMap<String, Vec<toml::Value>>>>,
+    #[serde(default)]
+    evals: Option<Vec<EvalSpec>>,
 }
 
 /// A parsed sweep file.
@@ -152,6 +192,8 @@ pub struct PlannedRun {
     pub config: RunConfig,
     /// `(axis, value)` pairs from the grid and arm, in axis order.
     pub axes: Vec<(String, String)>,
+    /// Evaluations to run after training (the preset's `[[evals]]`).
+    pub evals: Vec<EvalSpec>,
 }
 
 /// Levenshtein distance (for "did you mean").
@@ -233,6 +275,22 @@ impl SweepSpec {
         for arm in &file.arms {
             check("[[arms]]", arm.keys().collect())?;
         }
+        let check_evals = |section: &str, evals: &[EvalSpec]| -> Result<(), SpecError> {
+            for e in evals {
+                check(section, e.scale_params.iter().collect())?;
+                check(section, e.set.keys().collect())?;
+                if e.length_factors.is_empty() || e.length_factors.contains(&0) {
+                    return Err(SpecError::InvalidRun {
+                        path: path.to_path_buf(),
+                        context: format!("{section} `{}`", e.name),
+                        message: "length_factors must be a non-empty list of integers ≥ 1"
+                            .to_string(),
+                    });
+                }
+            }
+            Ok(())
+        };
+        check_evals("[[evals]]", &file.evals)?;
         for (pname, p) in &file.presets {
             let sec = format!("[presets.{pname}]");
             check(&sec, p.base.keys().collect())?;
@@ -240,6 +298,7 @@ impl SweepSpec {
             for arm in p.arms.iter().flatten() {
                 check(&sec, arm.keys().collect())?;
             }
+            check_evals(&sec, p.evals.as_deref().unwrap_or_default())?;
         }
         let default_preset = file
             .default_preset
@@ -291,7 +350,11 @@ impl SweepSpec {
         let mut base = self.file.base.clone();
         let mut grid = self.file.grid.clone();
         let mut arms = self.file.arms.clone();
+        let mut evals = self.file.evals.clone();
         if let Some(p) = p {
+            if let Some(e) = &p.evals {
+                evals = e.clone();
+            }
             for (k, v) in &p.base {
                 base.insert(k.clone(), v.clone());
             }
@@ -350,6 +413,7 @@ impl SweepSpec {
                 runs.push(PlannedRun {
                     config,
                     axes: labels,
+                    evals: evals.clone(),
                 });
             }
         }

@@ -1,0 +1,334 @@
+//! The fused positional attention as a burn backend extension, with a hand-written backward
+//! registered for autodiff (burn 0.22's backend-extension pattern: a `#[backend_extension]`
+//! trait implemented for each backend and for `Autodiff<B>`).
+//!
+//! [`positional_attention`] is the entry point the model calls: causal attention with the
+//! encoding applied inside the kernel, on tensors `[batch, heads, seq, head_dim]`. On flex it runs
+//! [`super::cpu`]'s flash kernels; under autodiff the forward saves its inputs, the output and the
+//! log-sum-exp, and the backward calls [`super::cpu::flash_backward`], so no `seq × seq` matrix is
+//! kept for the backward either.
+//!
+//! Tensors must be f32 (the lab's float type); other dtypes panic with a message naming it.
+
+use std::borrow::Cow;
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::flex::FlexTensor;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Autodiff, Backend, Flex, backend_extension};
+use burn::tensor::{Tensor, TensorData};
+
+use super::cpu::{KernelEncoding, Shape4, flash_backward, flash_forward};
+
+/// Backend extension: fused causal attention with the encoding inside the kernel.
+#[backend_extension(Autodiff, Flex)]
+pub trait FusedAttentionBackend: Backend {
+    /// `q`, `k`, `v`: `[batch, heads, seq, head_dim]` → `[batch, heads, seq, head_dim]`.
+    /// `encoding` must not be PoPE (use [`FusedAttentionBackend::fused_pope_attention`]).
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        encoding: KernelEncoding,
+    ) -> FloatTensor<Self>;
+
+    /// PoPE: as [`FusedAttentionBackend::fused_attention`] with the phase bias `delta`
+    /// `[heads · head_dim]` (radians, differentiable) and `theta` `[head_dim]` (rad/token).
+    fn fused_pope_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        theta: Vec<f64>,
+    ) -> FloatTensor<Self>;
+}
+
+/// Contiguous f32 view of a flex tensor (borrowed when already contiguous).
+fn host(t: &FlexTensor) -> Cow<'_, [f32]> {
+    assert_eq!(
+        t.dtype(),
+        burn::tensor::DType::F32,
+        "fused attention needs f32 tensors, got {:?}",
+        t.dtype()
+    );
+    match t.as_slice::<f32>() {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(
+            t.to_contiguous()
+                .as_slice::<f32>()
+                .expect("contiguous")
+                .to_vec(),
+        ),
+    }
+}
+
+fn shape4(t: &FlexTensor) -> Shape4 {
+    let dims = t.layout().shape();
+    assert_eq!(
+        dims.len(),
+        4,
+        "fused attention needs [batch, heads, seq, head_dim], got {dims:?}"
+    );
+    Shape4 {
+        batch: dims[0],
+        heads: dims[1],
+        seq: dims[2],
+        head_dim: dims[3],
+    }
+}
+
+fn flex(values: Vec<f32>, dims: &[usize]) -> FlexTensor {
+    FlexTensor::from_data(TensorData::new(values, dims.to_vec()))
+}
+
+fn dims(s: Shape4) -> [usize; 4] {
+    [s.batch, s.heads, s.seq, s.head_dim]
+}
+
+/// Forward on flex: `(out, lse)`.
+fn forward_flex(
+    q: &FlexTensor,
+    k: &FlexTensor,
+    v: &FlexTensor,
+    delta: Option<&FlexTensor>,
+    encoding: &KernelEncoding,
+) -> (Vec<f32>, Vec<f32>, Shape4) {
+    let shape = shape4(q);
+    assert_eq!(shape, shape4(k), "q and k shapes differ");
+    assert_eq!(shape, shape4(v), "q and v shapes differ");
+    let delta = delta.map(host);
+    let (out, lse) = flash_forward(
+        &host(q),
+        &host(k),
+        &host(v),
+        delta.as_deref(),
+        shape,
+        encoding,
+    );
+    (out, lse, shape)
+}
+
+impl FusedAttentionBackend for Flex {
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        encoding: KernelEncoding,
+    ) -> FloatTensor<Self> {
+        let (out, _, shape) = forward_flex(&q, &k, &v, None, &encoding);
+        flex(out, &dims(shape))
+    }
+
+    fn fused_pope_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        theta: Vec<f64>,
+    ) -> FloatTensor<Self> {
+        let encoding = KernelEncoding::Pope { theta };
+        let (out, _, shape) = forward_flex(&q, &k, &v, Some(&delta), &encoding);
+        flex(out, &dims(shape))
+    }
+}
+
+/// What the backward needs: the inputs (shared, not copied), the output and the log-sum-exp.
+#[derive(Clone, Debug)]
+struct Saved {
+    q: FlexTensor,
+    k: FlexTensor,
+    v: FlexTensor,
+    delta: Option<FlexTensor>,
+    out: Vec<f32>,
+    lse: Vec<f32>,
+    shape: Shape4,
+    encoding: KernelEncoding,
+}
+
+impl Saved {
+    fn grads(&self, dout: &FlexTensor) -> super::cpu::FlashGrads {
+        let delta = self.delta.as_ref().map(host);
+        flash_backward(
+            &host(&self.q),
+            &host(&self.k),
+            &host(&self.v),
+            delta.as_deref(),
+            &self.out,
+            &self.lse,
+            &host(dout),
+            self.shape,
+            &self.encoding,
+        )
+    }
+}
+
+#[derive(Debug)]
+struct FusedBackward;
+
+impl Backward<Flex, 3> for FusedBackward {
+    type State = Saved;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_q, node_k, node_v] = ops.parents;
+        let dout = grads.consume::<Flex>(&ops.node);
+        let saved = ops.state;
+        let g = saved.grads(&dout);
+        let d = dims(saved.shape);
+        for (node, grad) in [(node_q, g.dq), (node_k, g.dk), (node_v, g.dv)] {
+            if let Some(node) = node {
+                grads.register::<Flex>(node.id, flex(grad, &d));
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct FusedPopeBackward;
+
+impl Backward<Flex, 4> for FusedPopeBackward {
+    type State = Saved;
+
+    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_q, node_k, node_v, node_delta] = ops.parents;
+        let dout = grads.consume::<Flex>(&ops.node);
+        let saved = ops.state;
+        let g = saved.grads(&dout);
+        let d = dims(saved.shape);
+        for (node, grad) in [(node_q, g.dq), (node_k, g.dk), (node_v, g.dv)] {
+            if let Some(node) = node {
+                grads.register::<Flex>(node.id, flex(grad, &d));
+            }
+        }
+        if let Some(node) = node_delta {
+            let dd = g.ddelta.expect("PoPE backward returns dδ");
+            let n = dd.len();
+            grads.register::<Flex>(node.id, flex(dd, &[n]));
+        }
+    }
+}
+
+impl<C: CheckpointStrategy> FusedAttentionBackend for Autodiff<Flex, C> {
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        encoding: KernelEncoding,
+    ) -> FloatTensor<Self> {
+        match FusedBackward
+            .prepare::<C>([q.node(), k.node(), v.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let (qp, kp, vp) = (
+                    q.primitive().clone(),
+                    k.primitive().clone(),
+                    v.primitive().clone(),
+                );
+                let (out, lse, shape) = forward_flex(&qp, &kp, &vp, None, &encoding);
+                let output = flex(out.clone(), &dims(shape));
+                let saved = Saved {
+                    q: qp,
+                    k: kp,
+                    v: vp,
+                    delta: None,
+                    out,
+                    lse,
+                    shape,
+                    encoding,
+                };
+                prep.finish(saved, output)
+            }
+            OpsKind::UnTracked(prep) => {
+                let (out, _, shape) =
+                    forward_flex(q.primitive(), k.primitive(), v.primitive(), None, &encoding);
+                prep.finish(flex(out, &dims(shape)))
+            }
+        }
+    }
+
+    fn fused_pope_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        theta: Vec<f64>,
+    ) -> FloatTensor<Self> {
+        let encoding = KernelEncoding::Pope { theta };
+        match FusedPopeBackward
+            .prepare::<C>([q.node(), k.node(), v.node(), delta.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let (qp, kp, vp) = (
+                    q.primitive().clone(),
+                    k.primitive().clone(),
+                    v.primitive().clone(),
+                );
+                let dp = delta.primitive().clone();
+                let (out, lse, shape) = forward_flex(&qp, &kp, &vp, Some(&dp), &encoding);
+                let output = flex(out.clone(), &dims(shape));
+                let saved = Saved {
+                    q: qp,
+                    k: kp,
+                    v: vp,
+                    delta: Some(dp),
+                    out,
+                    lse,
+                    shape,
+                    encoding,
+                };
+                prep.finish(saved, output)
+            }
+            OpsKind::UnTracked(prep) => {
+                let (out, _, shape) = forward_flex(
+                    q.primitive(),
+                    k.primitive(),
+                    v.primitive(),
+                    Some(delta.primitive()),
+                    &encoding,
+                );
+                prep.finish(flex(out, &dims(shape)))
+            }
+        }
+    }
+}
+
+/// Fused causal attention for any encoding: `q`, `k`, `v` `[batch, heads, seq, head_dim]` →
+/// `[batch, heads, seq, head_dim]`. `delta`: PoPE's phase bias `[heads · head_dim]` (required
+/// for PoPE, ignored otherwise). Differentiable on `Device::flex().autodiff()`.
+///
+/// # Panics
+/// On a backend other than flex (or autodiff over flex), on non-f32 tensors, or PoPE without
+/// `delta`.
+pub fn positional_attention(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    delta: Option<Tensor<1>>,
+    encoding: KernelEncoding,
+) -> Tensor<4> {
+    use burn::backend::Dispatch;
+    let out = match encoding {
+        KernelEncoding::Pope { theta } => {
+            <Dispatch as FusedAttentionBackend>::fused_pope_attention(
+                q.into_dispatch(),
+                k.into_dispatch(),
+                v.into_dispatch(),
+                delta.expect("PoPE attention needs delta").into_dispatch(),
+                theta,
+            )
+        }
+        other => <Dispatch as FusedAttentionBackend>::fused_attention(
+            q.into_dispatch(),
+            k.into_dispatch(),
+            v.into_dispatch(),
+            other,
+        ),
+    };
+    Tensor::from_dispatch(out)
+}
