@@ -26,8 +26,8 @@ use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
 use burn_cubecl::tensor::CubeTensor;
 use lab::kernels::cube::{self, CubeAttentionParams, CubeEncoding, CubeStrategy};
 use lab::model::{
-    DeltaInit, Encoding, ModelConfig, PairLayout, PositionalAttention, TapaPhase, causal_attention,
-    causal_mask,
+    AttentionKernel, DeltaInit, Encoding, ModelConfig, PairLayout, PositionalAttention, TapaPhase,
+    causal_attention, causal_mask,
 };
 use rand::{Rng, SeedableRng};
 
@@ -66,6 +66,7 @@ fn config(encoding: Encoding, heads: usize, d: usize) -> ModelConfig {
         tapa_rho: 0.5,
         tapa_alpha: 0.1,
         tapa_phase: TapaPhase::Quadratic,
+        attention: AttentionKernel::Reference,
     }
 }
 
@@ -356,4 +357,104 @@ fn cube_hand_computed_lse() {
     );
     assert!((out[0] - 2.0).abs() < 1e-6);
     assert!((out[1] - 3.0).abs() < 1e-5);
+}
+
+/// The backend extension (`lab::kernels::positional_attention`) on a wgpu autodiff device runs the
+/// cube kernels with their registered backward: output and gradients of q, k, v (and PoPE's δ)
+/// equal the reference's. Same tolerances as above.
+#[test]
+fn cube_backend_extension_matches_reference() {
+    let ref_device = Device::flex().autodiff();
+    let dev = wgpu().autodiff();
+    let (b, h, l, d) = (2, 2, 33, 8);
+    let shape = [b, h, l, d];
+    let n = b * h * l * d;
+    for (encoding, phase) in [
+        (Encoding::Nope, TapaPhase::Quadratic),
+        (Encoding::Rope, TapaPhase::Quadratic),
+        (Encoding::Pope, TapaPhase::Quadratic),
+        (Encoding::Tapa, TapaPhase::Quadratic),
+        (Encoding::Tapa, TapaPhase::Linear),
+    ] {
+        let mut cfg = config(encoding, h, d);
+        cfg.pair_layout = PairLayout::RotateHalf;
+        cfg.tapa_phase = phase;
+        let pos = PositionalAttention::new(&cfg, 3, &ref_device);
+        let scale = if encoding == Encoding::Tapa { 0.5 } else { 1.0 };
+        let (q, k, v, g) = (
+            random(n, 21, scale),
+            random(n, 22, scale),
+            random(n, 23, 1.0),
+            random(n, 24, 1.0),
+        );
+        // Reference on flex.
+        let leaf = |x: &[f32], device: &Device| {
+            Tensor::<4>::from_data(TensorData::new(x.to_vec(), shape), device).require_grad()
+        };
+        let (rq, rk, rv) = (
+            leaf(&q, &ref_device),
+            leaf(&k, &ref_device),
+            leaf(&v, &ref_device),
+        );
+        let reference = causal_attention(
+            &pos,
+            rq.clone(),
+            rk.clone(),
+            rv.clone(),
+            &causal_mask(l, &ref_device),
+        );
+        let ref_out = reference.clone().into_data().try_to_vec::<f32>().unwrap();
+        let rg = Tensor::<4>::from_data(TensorData::new(g.clone(), shape), &ref_device);
+        let ref_grads = (reference * rg).sum().backward();
+        // The extension on wgpu autodiff.
+        let (encoding_k, delta) = pos.kernel_encoding();
+        let delta_leaf = delta.map(|t| {
+            let values = t.into_data().try_to_vec::<f32>().unwrap();
+            Tensor::<1>::from_data(TensorData::new(values, [h * d]), &dev).require_grad()
+        });
+        let (cq, ck, cv) = (leaf(&q, &dev), leaf(&k, &dev), leaf(&v, &dev));
+        let out = lab::kernels::positional_attention(
+            cq.clone(),
+            ck.clone(),
+            cv.clone(),
+            delta_leaf.clone(),
+            encoding_k,
+        );
+        let what = format!("extension {encoding:?}/{phase:?}");
+        let got = out
+            .clone()
+            .try_into_data()
+            .expect("kernel launch or read failed")
+            .try_to_vec::<f32>()
+            .unwrap();
+        assert_close(&got, &ref_out, 1e-4, &format!("{what} out"));
+        let cg = Tensor::<4>::from_data(TensorData::new(g, shape), &dev);
+        let grads = (out * cg).sum().backward();
+        for (name, c, r) in [("dq", &cq, &rq), ("dk", &ck, &rk), ("dv", &cv, &rv)] {
+            assert_close(
+                &grad_vec(c, &grads),
+                &grad_vec(r, &ref_grads),
+                1e-4,
+                &format!("{what} {name}"),
+            );
+        }
+        if let (Some(dl), PositionalAttention::Pope(p)) = (&delta_leaf, &pos) {
+            let got = dl
+                .grad(&grads)
+                .expect("δ gradient")
+                .try_into_data()
+                .unwrap()
+                .try_to_vec::<f32>()
+                .unwrap();
+            let want = p
+                .delta
+                .val()
+                .grad(&ref_grads)
+                .unwrap()
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap();
+            assert_close(&got, &want, 1e-3, &format!("{what} dδ"));
+        }
+    }
 }

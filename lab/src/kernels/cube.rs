@@ -1627,3 +1627,232 @@ pub fn backward(
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Backend extension: the cube kernels behind `crate::kernels::fused::FusedAttentionBackend`
+// ---------------------------------------------------------------------------------------------
+
+use burn::backend::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::tensor::FloatTensor;
+
+use super::cpu::KernelEncoding;
+use super::fused::FusedAttentionBackend;
+
+impl CubeAttentionParams {
+    /// The cube parameters of the CPU kernels' encoding; `delta` is PoPE's phase bias
+    /// `[heads · head_dim]` (required for PoPE, ignored otherwise).
+    ///
+    /// # Panics
+    /// PoPE without `delta`.
+    pub fn from_kernel_encoding(encoding: KernelEncoding, delta: Option<CubeTensor>) -> Self {
+        let encoding = match encoding {
+            KernelEncoding::Nope => CubeEncoding::Nope,
+            KernelEncoding::Rope {
+                inv_freq,
+                layout,
+                attention_factor,
+            } => CubeEncoding::Rope {
+                inv_freq,
+                layout,
+                attention_factor,
+            },
+            KernelEncoding::Pope { theta } => CubeEncoding::Pope {
+                theta,
+                delta: delta.expect("PoPE attention needs delta"),
+            },
+            KernelEncoding::Tapa {
+                amp_dim,
+                alpha,
+                phase,
+            } => CubeEncoding::Tapa {
+                amp_dim,
+                alpha,
+                phase,
+            },
+        };
+        Self::new(encoding)
+    }
+}
+
+/// Unfused CubeCL backend (the `wgpu` feature; with `cuda`, burn's `Cube` is wrapped in fusion
+/// and this impl is not what dispatch selects).
+impl FusedAttentionBackend for CubeBackend {
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        encoding: KernelEncoding,
+    ) -> FloatTensor<Self> {
+        let params = CubeAttentionParams::from_kernel_encoding(encoding, None);
+        forward(q, k, v, &params).0
+    }
+
+    fn fused_pope_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        theta: Vec<f64>,
+    ) -> FloatTensor<Self> {
+        let params =
+            CubeAttentionParams::from_kernel_encoding(KernelEncoding::Pope { theta }, Some(delta));
+        forward(q, k, v, &params).0
+    }
+}
+
+/// What the cube backward needs: inputs, output and log-sum-exp (device tensors, shared).
+#[derive(Clone, Debug)]
+struct CubeSaved {
+    q: CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    out: CubeTensor,
+    lse: CubeTensor,
+    params: CubeAttentionParams,
+}
+
+impl CubeSaved {
+    fn grads(self, dout: CubeTensor) -> CubeGrads {
+        backward(
+            self.q,
+            self.k,
+            self.v,
+            self.out,
+            self.lse,
+            dout,
+            &self.params,
+        )
+    }
+}
+
+#[derive(Debug)]
+struct CubeAttentionBackward;
+
+impl Backward<CubeBackend, 3> for CubeAttentionBackward {
+    type State = CubeSaved;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_q, node_k, node_v] = ops.parents;
+        let dout = grads.consume::<CubeBackend>(&ops.node);
+        let g = ops.state.grads(dout);
+        for (node, grad) in [(node_q, g.dq), (node_k, g.dk), (node_v, g.dv)] {
+            if let Some(node) = node {
+                grads.register::<CubeBackend>(node.id, grad);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct CubePopeBackward;
+
+impl Backward<CubeBackend, 4> for CubePopeBackward {
+    type State = CubeSaved;
+
+    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_q, node_k, node_v, node_delta] = ops.parents;
+        let dout = grads.consume::<CubeBackend>(&ops.node);
+        let g = ops.state.grads(dout);
+        for (node, grad) in [(node_q, g.dq), (node_k, g.dk), (node_v, g.dv)] {
+            if let Some(node) = node {
+                grads.register::<CubeBackend>(node.id, grad);
+            }
+        }
+        if let Some(node) = node_delta {
+            let dd = g.ddelta.expect("PoPE backward returns dδ");
+            grads.register::<CubeBackend>(node.id, dd);
+        }
+    }
+}
+
+impl<C: CheckpointStrategy> FusedAttentionBackend for Autodiff<CubeBackend, C> {
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        encoding: KernelEncoding,
+    ) -> FloatTensor<Self> {
+        let params = CubeAttentionParams::from_kernel_encoding(encoding, None);
+        match CubeAttentionBackward
+            .prepare::<C>([q.node(), k.node(), v.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let (qp, kp, vp) = (
+                    q.primitive().clone(),
+                    k.primitive().clone(),
+                    v.primitive().clone(),
+                );
+                let (out, lse) = forward(qp.clone(), kp.clone(), vp.clone(), &params);
+                let saved = CubeSaved {
+                    q: qp,
+                    k: kp,
+                    v: vp,
+                    out: out.clone(),
+                    lse,
+                    params,
+                };
+                prep.finish(saved, out)
+            }
+            OpsKind::UnTracked(prep) => {
+                let (out, _) = forward(
+                    q.primitive().clone(),
+                    k.primitive().clone(),
+                    v.primitive().clone(),
+                    &params,
+                );
+                prep.finish(out)
+            }
+        }
+    }
+
+    fn fused_pope_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        delta: FloatTensor<Self>,
+        theta: Vec<f64>,
+    ) -> FloatTensor<Self> {
+        let params = CubeAttentionParams::from_kernel_encoding(
+            KernelEncoding::Pope { theta },
+            Some(delta.primitive().clone()),
+        );
+        match CubePopeBackward
+            .prepare::<C>([q.node(), k.node(), v.node(), delta.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let (qp, kp, vp) = (
+                    q.primitive().clone(),
+                    k.primitive().clone(),
+                    v.primitive().clone(),
+                );
+                let (out, lse) = forward(qp.clone(), kp.clone(), vp.clone(), &params);
+                let saved = CubeSaved {
+                    q: qp,
+                    k: kp,
+                    v: vp,
+                    out: out.clone(),
+                    lse,
+                    params,
+                };
+                prep.finish(saved, out)
+            }
+            OpsKind::UnTracked(prep) => {
+                let (out, _) = forward(
+                    q.primitive().clone(),
+                    k.primitive().clone(),
+                    v.primitive().clone(),
+                    &params,
+                );
+                prep.finish(out)
+            }
+        }
+    }
+}
