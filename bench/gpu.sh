@@ -5,8 +5,10 @@
 #
 #   bash bench/gpu.sh            (or: make bench-gpu)
 #
-# Needs: a CUDA driver (cubecl-cuda loads it and NVRTC at run time; no toolkit is needed to build),
-# Rust, and a CUDA build of PyTorch >= 2.5 (FlexAttention) for the baselines. Writes
+# Needs: a CUDA driver (cubecl-cuda loads it and NVRTC at run time; no CUDA toolkit is needed to
+# build), network access on the first build (cubecl-cuda 0.11.3 depends on cubecl-llvm, whose build
+# script downloads an LLVM bundle into ~/.local/share/tracel), Rust, and a CUDA build of
+# PyTorch >= 2.5 (FlexAttention) for the baselines. Writes
 # results/bench/gpu/{gpu.txt,cube.jsonl,torch.jsonl,ratios.txt}.
 #
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON.

@@ -17,13 +17,26 @@
 //!   `s_ij = A_ij · cos(2π·|i−j|^α·P_ij)` on the raw `q`, `k` and differentiate it directly
 //!   (chain rule through `A` and `P`).
 //!
-//! The attention kernels run **one unit per query row** (forward, `dq`) or **one unit per key
-//! row** (`dk`, `dv`), looping over the visible keys (queries) with an online softmax (running max
-//! `m`, running sum `l`) and the row's accumulators in registers (`Array`s of comptime size).
-//! The forward saves `lse = m + ln l`; the backward recomputes `p_ij = exp(s_ij − lse_i)`, with
-//! `Δ_i = Σ_c dout_ic·out_ic` precomputed, `dS_ij = p_ij·(dout_i·v_j − Δ_i)` (FlashAttention-2
-//! Alg. 2). No shared memory, no plane (subgroup) operations and no tensor cores, so the kernels
-//! run on Mesa's lavapipe as well as on CUDA; this is the correct baseline, not the fast one.
+//! Two layouts ([`CubeStrategy`]), both tested against the reference:
+//! - [`CubeStrategy::Rows`]: **one unit per query row** (forward, `dq`) or **one unit per key
+//!   row** (`dk`, `dv`), looping over the visible keys (queries) read from global memory;
+//! - [`CubeStrategy::Tiled`] (default): one cube per block of `tile` rows; the keys (queries) the
+//!   block needs are staged through shared memory one tile of `tile` rows at a time, so a cube
+//!   reads each row once instead of once per unit (tile ≤ 64 rows, ≤ 32 KiB of shared memory).
+//!
+//! Each unit keeps its row's accumulators in registers (`Array`s of comptime size) with an online
+//! softmax (running max `m`, running sum `l`). The forward saves `lse = m + ln l`; the backward
+//! recomputes `p_ij = exp(s_ij − lse_i)`, with `Δ_i = Σ_c dout_ic·out_ic` precomputed,
+//! `dS_ij = p_ij·(dout_i·v_j − Δ_i)` (FlashAttention-2 Alg. 2). No plane (subgroup) operations
+//! and no tensor cores, so the kernels run on Mesa's lavapipe as well as on CUDA: a correct,
+//! portable baseline, not a FlashAttention-class kernel (the scores are scalar f32 dot products).
+//! On lavapipe (CPU) the tiled layout is ~2× slower than rows (barriers emulated on 2 cores); on
+//! GPUs it is untested here (see `bench/gpu.sh`).
+//!
+//! The kernels are also the `Cube` implementation of
+//! [`FusedAttentionBackend`](super::fused::FusedAttentionBackend) (forward, and a registered
+//! backward under autodiff), for burn's unfused CubeCL backend, i.e. the `wgpu` feature. With
+//! `cuda` burn wraps the backend in fusion, for which no implementation is registered yet.
 //!
 //! Masking: key `j` is visible from query `i` iff `j ≤ i` (positions are `0..seq`). A row with no
 //! visible key (impossible under this mask, the diagonal is always visible) would give a zero
