@@ -1,6 +1,7 @@
 //! CubeCL flash attention (`lab::kernels::cube`) against the reference attention.
 //!
-//! Run with `make test-wgpu` (`cargo test --release -p lab --features wgpu --test cube_attention`).
+//! Run with `make test-wgpu` (`cargo test --release -p lab --features wgpu --test cube_attention`;
+//! add `--features wgpu,fusion` for burn's fused CubeCL backend, the configuration `cuda` uses).
 //! On a machine without a GPU, wgpu runs the kernels on Mesa's lavapipe (Vulkan on the CPU).
 //!
 //! Each case builds random `q`, `k`, `v` (uniform in ±1, TAPA's q/k in ±0.5 so its phase stays of
@@ -24,7 +25,7 @@
 use burn::backend::Cube;
 use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
 use burn_cubecl::tensor::CubeTensor;
-use lab::kernels::cube::{self, CubeAttentionParams, CubeEncoding, CubeStrategy};
+use lab::kernels::cube::{self, CubeAttentionParams, CubeEncoding, CubePrimitives, CubeStrategy};
 use lab::model::{
     AttentionKernel, DeltaInit, Encoding, ModelConfig, PairLayout, PositionalAttention, TapaPhase,
     causal_attention, causal_mask,
@@ -70,14 +71,18 @@ fn config(encoding: Encoding, heads: usize, d: usize) -> ModelConfig {
     }
 }
 
+/// Host values → a device tensor of the kernels (through burn's `Cube` backend, fused or not).
 fn to_cube<const N: usize>(v: &[f32], shape: [usize; N], device: &Device) -> CubeTensor {
-    Tensor::<N>::from_data(TensorData::new(v.to_vec(), shape), device)
-        .try_into_primitive::<Cube>()
-        .expect("a wgpu tensor is a Cube primitive")
+    <Cube as CubePrimitives>::to_cube(
+        Tensor::<N>::from_data(TensorData::new(v.to_vec(), shape), device)
+            .try_into_primitive::<Cube>()
+            .expect("a wgpu tensor is a Cube primitive"),
+    )
 }
 
 fn from_cube(t: CubeTensor) -> Vec<f32> {
     let n = burn::backend::TensorMetadata::shape(&t).num_dims();
+    let t = <Cube as CubePrimitives>::from_cube(t);
     let data = match n {
         1 => Tensor::<1>::from_primitive::<Cube>(t).try_into_data(),
         3 => Tensor::<3>::from_primitive::<Cube>(t).try_into_data(),

@@ -35,8 +35,8 @@
 //!
 //! The kernels are also the `Cube` implementation of
 //! [`FusedAttentionBackend`](super::fused::FusedAttentionBackend) (forward, and a registered
-//! backward under autodiff), for burn's unfused CubeCL backend, i.e. the `wgpu` feature. With
-//! `cuda` burn wraps the backend in fusion, for which no implementation is registered yet.
+//! backward under autodiff), for burn's CubeCL backend without fusion (`wgpu`) and with it
+//! (`cuda`, or `wgpu,fusion`): see [`CubePrimitives`].
 //!
 //! Masking: key `j` is visible from query `i` iff `j ≤ i` (positions are `0..seq`). A row with no
 //! visible key (impossible under this mask, the diagonal is always visible) would give a zero
@@ -1691,31 +1691,93 @@ impl CubeAttentionParams {
     }
 }
 
-/// Unfused CubeCL backend (the `wgpu` feature; with `cuda`, burn's `Cube` is wrapped in fusion
-/// and this impl is not what dispatch selects).
-impl FusedAttentionBackend for CubeBackend {
-    fn fused_attention(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        encoding: KernelEncoding,
-    ) -> FloatTensor<Self> {
-        let params = CubeAttentionParams::from_kernel_encoding(encoding, None);
-        forward(q, k, v, &params).0
-    }
+/// The CubeCL backends the extension is implemented for: burn's unfused [`CubeBackend`], and
+/// (feature `fusion`, which `cuda` turns on) `Fusion<CubeBackend>`, whose tensors are resolved to
+/// [`CubeTensor`]s before the kernels run and registered back afterwards (eager: the fusion
+/// stream is drained at each call).
+pub trait CubePrimitives: burn::backend::Backend {
+    /// The device tensor behind a float primitive of this backend.
+    fn to_cube(t: FloatTensor<Self>) -> CubeTensor;
+    /// A float primitive of this backend holding `t`.
+    fn from_cube(t: CubeTensor) -> FloatTensor<Self>;
+}
 
-    fn fused_pope_attention(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        delta: FloatTensor<Self>,
-        theta: Vec<f64>,
-    ) -> FloatTensor<Self> {
-        let params =
-            CubeAttentionParams::from_kernel_encoding(KernelEncoding::Pope { theta }, Some(delta));
-        forward(q, k, v, &params).0
+impl CubePrimitives for CubeBackend {
+    fn to_cube(t: FloatTensor<Self>) -> CubeTensor {
+        t
+    }
+    fn from_cube(t: CubeTensor) -> FloatTensor<Self> {
+        t
     }
 }
+
+#[cfg(feature = "fusion")]
+impl CubePrimitives for burn::backend::fusion::Fusion<CubeBackend> {
+    fn to_cube(t: FloatTensor<Self>) -> CubeTensor {
+        let client = t.client.clone();
+        client.resolve_tensor_float::<CubeBackend>(t)
+    }
+    fn from_cube(t: CubeTensor) -> FloatTensor<Self> {
+        use burn::backend::StreamId;
+        use burn::backend::fusion::{FusionBackend, NoOp, get_client};
+        use burn::backend::ir::{InitOperationIr, OperationIr, OperationOutput};
+        let client = get_client::<CubeBackend>(&t.device);
+        let (shape, dtype) = (t.shape(), t.dtype);
+        let handle = CubeBackend::float_tensor_handle(t);
+        let desc = InitOperationIr::create(shape, dtype, || client.register_tensor_handle(handle));
+        client
+            .register(
+                StreamId::current(),
+                OperationIr::Init(desc),
+                NoOp::<CubeBackend>::new(),
+            )
+            .output()
+    }
+}
+
+fn plain_attention<B: CubePrimitives>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    params: &CubeAttentionParams,
+) -> FloatTensor<B> {
+    let (out, _) = forward(B::to_cube(q), B::to_cube(k), B::to_cube(v), params);
+    B::from_cube(out)
+}
+
+macro_rules! impl_plain_extension {
+    ($backend:ty) => {
+        impl FusedAttentionBackend for $backend {
+            fn fused_attention(
+                q: FloatTensor<Self>,
+                k: FloatTensor<Self>,
+                v: FloatTensor<Self>,
+                encoding: KernelEncoding,
+            ) -> FloatTensor<Self> {
+                let params = CubeAttentionParams::from_kernel_encoding(encoding, None);
+                plain_attention::<Self>(q, k, v, &params)
+            }
+
+            fn fused_pope_attention(
+                q: FloatTensor<Self>,
+                k: FloatTensor<Self>,
+                v: FloatTensor<Self>,
+                delta: FloatTensor<Self>,
+                theta: Vec<f64>,
+            ) -> FloatTensor<Self> {
+                let params = CubeAttentionParams::from_kernel_encoding(
+                    KernelEncoding::Pope { theta },
+                    Some(<Self as CubePrimitives>::to_cube(delta)),
+                );
+                plain_attention::<Self>(q, k, v, &params)
+            }
+        }
+    };
+}
+
+impl_plain_extension!(CubeBackend);
+#[cfg(feature = "fusion")]
+impl_plain_extension!(burn::backend::fusion::Fusion<CubeBackend>);
 
 /// What the cube backward needs: inputs, output and log-sum-exp (device tensors, shared).
 #[derive(Clone, Debug)]
@@ -1728,144 +1790,95 @@ struct CubeSaved {
     params: CubeAttentionParams,
 }
 
-impl CubeSaved {
-    fn grads(self, dout: CubeTensor) -> CubeGrads {
-        backward(
-            self.q,
-            self.k,
-            self.v,
-            self.out,
-            self.lse,
-            dout,
-            &self.params,
-        )
+/// The registered backward of the cube attention on backend `B` (`N` = 3 parents q, k, v, or 4
+/// with PoPE's δ).
+struct CubeAttentionBackward<B>(core::marker::PhantomData<B>);
+
+impl<B> core::fmt::Debug for CubeAttentionBackward<B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("CubeAttentionBackward")
     }
 }
 
-#[derive(Debug)]
-struct CubeAttentionBackward;
-
-impl Backward<CubeBackend, 3> for CubeAttentionBackward {
+impl<B: CubePrimitives, const N: usize> Backward<B, N> for CubeAttentionBackward<B> {
     type State = CubeSaved;
 
-    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_q, node_k, node_v] = ops.parents;
-        let dout = grads.consume::<CubeBackend>(&ops.node);
-        let g = ops.state.grads(dout);
-        for (node, grad) in [(node_q, g.dq), (node_k, g.dk), (node_v, g.dv)] {
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dout = B::to_cube(grads.consume::<B>(&ops.node));
+        let s = ops.state;
+        let g = backward(s.q, s.k, s.v, s.out, s.lse, dout, &s.params);
+        let mut values = vec![g.dq, g.dk, g.dv];
+        values.extend(g.ddelta);
+        for (node, grad) in ops.parents.into_iter().zip(values) {
             if let Some(node) = node {
-                grads.register::<CubeBackend>(node.id, grad);
+                grads.register::<B>(node.id, B::from_cube(grad));
             }
         }
     }
 }
 
-#[derive(Debug)]
-struct CubePopeBackward;
-
-impl Backward<CubeBackend, 4> for CubePopeBackward {
-    type State = CubeSaved;
-
-    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_q, node_k, node_v, node_delta] = ops.parents;
-        let dout = grads.consume::<CubeBackend>(&ops.node);
-        let g = ops.state.grads(dout);
-        for (node, grad) in [(node_q, g.dq), (node_k, g.dk), (node_v, g.dv)] {
-            if let Some(node) = node {
-                grads.register::<CubeBackend>(node.id, grad);
-            }
+fn autodiff_attention<B: CubePrimitives, C: CheckpointStrategy, const N: usize>(
+    inputs: [FloatTensor<Autodiff<B, C>>; N],
+    params: CubeAttentionParams,
+) -> FloatTensor<Autodiff<B, C>> {
+    let nodes = inputs.each_ref().map(|t| t.node());
+    let [q, k, v] = [0, 1, 2].map(|i| B::to_cube(inputs[i].primitive().clone()));
+    match CubeAttentionBackward::<B>(core::marker::PhantomData)
+        .prepare::<C>(nodes)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let (out, lse) = forward(q.clone(), k.clone(), v.clone(), &params);
+            let saved = CubeSaved {
+                q,
+                k,
+                v,
+                out: out.clone(),
+                lse,
+                params,
+            };
+            prep.finish(saved, B::from_cube(out))
         }
-        if let Some(node) = node_delta {
-            let dd = g.ddelta.expect("PoPE backward returns dδ");
-            grads.register::<CubeBackend>(node.id, dd);
-        }
-    }
-}
-
-impl<C: CheckpointStrategy> FusedAttentionBackend for Autodiff<CubeBackend, C> {
-    fn fused_attention(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        encoding: KernelEncoding,
-    ) -> FloatTensor<Self> {
-        let params = CubeAttentionParams::from_kernel_encoding(encoding, None);
-        match CubeAttentionBackward
-            .prepare::<C>([q.node(), k.node(), v.node()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let (qp, kp, vp) = (
-                    q.primitive().clone(),
-                    k.primitive().clone(),
-                    v.primitive().clone(),
-                );
-                let (out, lse) = forward(qp.clone(), kp.clone(), vp.clone(), &params);
-                let saved = CubeSaved {
-                    q: qp,
-                    k: kp,
-                    v: vp,
-                    out: out.clone(),
-                    lse,
-                    params,
-                };
-                prep.finish(saved, out)
-            }
-            OpsKind::UnTracked(prep) => {
-                let (out, _) = forward(
-                    q.primitive().clone(),
-                    k.primitive().clone(),
-                    v.primitive().clone(),
-                    &params,
-                );
-                prep.finish(out)
-            }
-        }
-    }
-
-    fn fused_pope_attention(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        delta: FloatTensor<Self>,
-        theta: Vec<f64>,
-    ) -> FloatTensor<Self> {
-        let params = CubeAttentionParams::from_kernel_encoding(
-            KernelEncoding::Pope { theta },
-            Some(delta.primitive().clone()),
-        );
-        match CubePopeBackward
-            .prepare::<C>([q.node(), k.node(), v.node(), delta.node()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let (qp, kp, vp) = (
-                    q.primitive().clone(),
-                    k.primitive().clone(),
-                    v.primitive().clone(),
-                );
-                let (out, lse) = forward(qp.clone(), kp.clone(), vp.clone(), &params);
-                let saved = CubeSaved {
-                    q: qp,
-                    k: kp,
-                    v: vp,
-                    out: out.clone(),
-                    lse,
-                    params,
-                };
-                prep.finish(saved, out)
-            }
-            OpsKind::UnTracked(prep) => {
-                let (out, _) = forward(
-                    q.primitive().clone(),
-                    k.primitive().clone(),
-                    v.primitive().clone(),
-                    &params,
-                );
-                prep.finish(out)
-            }
+        OpsKind::UnTracked(prep) => {
+            let (out, _) = forward(q, k, v, &params);
+            prep.finish(B::from_cube(out))
         }
     }
 }
+
+macro_rules! impl_autodiff_extension {
+    ($backend:ty) => {
+        impl<C: CheckpointStrategy> FusedAttentionBackend for Autodiff<$backend, C> {
+            fn fused_attention(
+                q: FloatTensor<Self>,
+                k: FloatTensor<Self>,
+                v: FloatTensor<Self>,
+                encoding: KernelEncoding,
+            ) -> FloatTensor<Self> {
+                let params = CubeAttentionParams::from_kernel_encoding(encoding, None);
+                autodiff_attention::<$backend, C, 3>([q, k, v], params)
+            }
+
+            fn fused_pope_attention(
+                q: FloatTensor<Self>,
+                k: FloatTensor<Self>,
+                v: FloatTensor<Self>,
+                delta: FloatTensor<Self>,
+                theta: Vec<f64>,
+            ) -> FloatTensor<Self> {
+                let params = CubeAttentionParams::from_kernel_encoding(
+                    KernelEncoding::Pope { theta },
+                    Some(<$backend as CubePrimitives>::to_cube(
+                        delta.primitive().clone(),
+                    )),
+                );
+                autodiff_attention::<$backend, C, 4>([q, k, v, delta], params)
+            }
+        }
+    };
+}
+
+impl_autodiff_extension!(CubeBackend);
+#[cfg(feature = "fusion")]
+impl_autodiff_extension!(burn::backend::fusion::Fusion<CubeBackend>);
