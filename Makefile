@@ -4,7 +4,7 @@ PYTHON ?= python3
 PRESET ?= quick
 THREADS ?= 2
 
-.PHONY: test test-wgpu build sweep bench bench-torch bench-gpu fmt clean-results help
+.PHONY: test test-wgpu test-wgpu-fusion build sweep bench bench-torch bench-gpu fmt clean-results help
 
 help:
 	@echo "make test           install the test's Python deps (polars), then cargo test --release"
@@ -28,6 +28,10 @@ test:
 # cargo feature: the first build adds ~15 minutes.
 test-wgpu:
 	$(CARGO) test --release -p lab --features wgpu --test cube_attention
+
+# The same tests through burn's fused CubeCL backend (the configuration the `cuda` feature uses).
+test-wgpu-fusion:
+	$(CARGO) test --release -p lab --features wgpu,fusion --test cube_attention
 
 bench-gpu:
 	bash bench/gpu.sh

@@ -1719,8 +1719,8 @@ impl CubePrimitives for burn::backend::fusion::Fusion<CubeBackend> {
     }
     fn from_cube(t: CubeTensor) -> FloatTensor<Self> {
         use burn::backend::StreamId;
-        use burn::backend::fusion::{FusionBackend, NoOp, get_client};
-        use burn::backend::ir::{InitOperationIr, OperationIr, OperationOutput};
+        use burn::backend::fusion::{NoOp, get_client};
+        use burn::backend::ir::{BackendIr, InitOperationIr, OperationIr, OperationOutput};
         let client = get_client::<CubeBackend>(&t.device);
         let (shape, dtype) = (t.shape(), t.dtype);
         let handle = CubeBackend::float_tensor_handle(t);
