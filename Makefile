@@ -4,7 +4,7 @@ PYTHON ?= python3
 PRESET ?= quick
 THREADS ?= 2
 
-.PHONY: test build sweep bench bench-torch fmt clean-results help
+.PHONY: test test-wgpu test-wgpu-fusion build sweep bench bench-torch bench-gpu fmt clean-results help
 
 help:
 	@echo "make test           install the test's Python deps (polars), then cargo test --release"
@@ -13,6 +13,8 @@ help:
 	@echo "                    seq 128/512/2048, peak memory), then the training step fused vs reference"
 	@echo "make bench-torch    the quick model's training step: lab vs PyTorch eager, same threads (needs pip install torch)"
 	@echo "make build          cargo build --release"
+	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu (lavapipe without a GPU)"
+	@echo "make bench-gpu      NVIDIA machine: cube kernels vs PyTorch SDPA / FlexAttention (bench/gpu.sh)"
 
 build:
 	$(CARGO) build --release --workspace
@@ -20,6 +22,19 @@ build:
 test:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
 	$(CARGO) test --release --workspace
+
+# The CubeCL kernels (lab/src/kernels/cube.rs) against the reference attention. Needs a Vulkan
+# driver; Mesa's lavapipe (Debian: mesa-vulkan-drivers libvulkan1) runs it on the CPU. A separate
+# cargo feature: the first build adds ~15 minutes.
+test-wgpu:
+	$(CARGO) test --release -p lab --features wgpu --test cube_attention
+
+# The same tests through burn's fused CubeCL backend (the configuration the `cuda` feature uses).
+test-wgpu-fusion:
+	$(CARGO) test --release -p lab --features wgpu,fusion --test cube_attention
+
+bench-gpu:
+	bash bench/gpu.sh
 
 sweep: build
 	./target/release/lab sweep block-width --preset $(PRESET)

@@ -24,7 +24,9 @@ use burn::tensor::{Tensor, TensorData};
 use super::cpu::{KernelEncoding, Shape4, flash_backward, flash_forward};
 
 /// Backend extension: fused causal attention with the encoding inside the kernel.
-#[backend_extension(Autodiff, Flex)]
+// `Cube`: the CubeCL kernels of `super::cube` (features `wgpu`, `cuda`), on burn's CubeCL backend
+// with or without fusion.
+#[backend_extension(Autodiff, Flex, Cube: cfg(any(feature = "wgpu", feature = "cuda")))]
 pub trait FusedAttentionBackend: Backend {
     /// `q`, `k`, `v`: `[batch, heads, seq, head_dim]` → `[batch, heads, seq, head_dim]`.
     /// `encoding` must not be PoPE (use [`FusedAttentionBackend::fused_pope_attention`]).
@@ -300,11 +302,12 @@ impl<C: CheckpointStrategy> FusedAttentionBackend for Autodiff<Flex, C> {
 
 /// Fused causal attention for any encoding: `q`, `k`, `v` `[batch, heads, seq, head_dim]` →
 /// `[batch, heads, seq, head_dim]`. `delta`: PoPE's phase bias `[heads · head_dim]` (required
-/// for PoPE, ignored otherwise). Differentiable on `Device::flex().autodiff()`.
+/// for PoPE, ignored otherwise). Differentiable on `Device::flex().autodiff()`, and with the
+/// `wgpu` / `cuda` features on their devices (plain or autodiff; the CubeCL kernels of
+/// `kernels::cube`).
 ///
 /// # Panics
-/// On a backend other than flex (or autodiff over flex), on non-f32 tensors, or PoPE without
-/// `delta`.
+/// On another backend, on non-f32 tensors, or PoPE without `delta`.
 pub fn positional_attention(
     q: Tensor<4>,
     k: Tensor<4>,

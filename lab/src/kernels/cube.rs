@@ -1,0 +1,1884 @@
+//! Flash-style causal attention as CubeCL kernels (wgpu, CUDA), forward and backward, for NoPE,
+//! RoPE, PoPE and TAPA (Dao et al. 2022, *FlashAttention*, Alg. 1; Dao 2023, *FlashAttention-2*,
+//! Alg. 1–2). The score matrix is never stored: memory is O(seq · head_dim) per head.
+//!
+//! # Design
+//!
+//! - **Encodings that are a dot product of transformed vectors** (NoPE, RoPE, PoPE): a *prep*
+//!   kernel maps `q`, `k` to `q̃`, `k̃` (width `W = head_dim`, or `2·head_dim` for PoPE) once, and
+//!   the attention kernels compute `s_ij = q̃_i·k̃_j / √head_dim`. The backward returns `dq̃`,
+//!   `dk̃`, and a *prep-backward* kernel maps them back to `dq`, `dk` (and PoPE's `dδ`).
+//!   - RoPE: `q̃_i = a · R(i·θ) q_i`, `k̃_j = a · R(j·θ) k_j` per rotation pair
+//!     ([`PairLayout::pair_dims`]), `a` = YaRN's attention factor; back: `dq = a · R(−i·θ) dq̃`.
+//!   - PoPE (arXiv 2509.10534 §3): `q̃ = [μ_q cos(iθ), μ_q sin(iθ)]`,
+//!     `k̃ = [μ_k cos(jθ+δ), μ_k sin(jθ+δ)]`, `μ = softplus(x)`; back through `σ(x)` and
+//!     `∂k̃/∂δ`, with `dδ` written per `(batch, head, key, component)` and summed with burn ops.
+//! - **TAPA** (arXiv 2509.12635 §3) is not a dot product: the attention kernels evaluate
+//!   `s_ij = A_ij · cos(2π·|i−j|^α·P_ij)` on the raw `q`, `k` and differentiate it directly
+//!   (chain rule through `A` and `P`).
+//!
+//! Two layouts ([`CubeStrategy`]), both tested against the reference:
+//! - [`CubeStrategy::Rows`]: **one unit per query row** (forward, `dq`) or **one unit per key
+//!   row** (`dk`, `dv`), looping over the visible keys (queries) read from global memory;
+//! - [`CubeStrategy::Tiled`] (default): one cube per block of `tile` rows; the keys (queries) the
+//!   block needs are staged through shared memory one tile of `tile` rows at a time, so a cube
+//!   reads each row once instead of once per unit (tile ≤ 64 rows, ≤ 32 KiB of shared memory).
+//!
+//! Each unit keeps its row's accumulators in registers (`Array`s of comptime size) with an online
+//! softmax (running max `m`, running sum `l`). The forward saves `lse = m + ln l`; the backward
+//! recomputes `p_ij = exp(s_ij − lse_i)`, with `Δ_i = Σ_c dout_ic·out_ic` precomputed,
+//! `dS_ij = p_ij·(dout_i·v_j − Δ_i)` (FlashAttention-2 Alg. 2). No plane (subgroup) operations
+//! and no tensor cores, so the kernels run on Mesa's lavapipe as well as on CUDA: a correct,
+//! portable baseline, not a FlashAttention-class kernel (the scores are scalar f32 dot products).
+//! On lavapipe (CPU) the tiled layout is ~2× slower than rows (barriers emulated on 2 cores); on
+//! GPUs it is untested here (see `bench/gpu.sh`).
+//!
+//! The kernels are also the `Cube` implementation of
+//! [`FusedAttentionBackend`](super::fused::FusedAttentionBackend) (forward, and a registered
+//! backward under autodiff), for burn's CubeCL backend without fusion (`wgpu`) and with it
+//! (`cuda`, or `wgpu,fusion`): see [`CubePrimitives`].
+//!
+//! Masking: key `j` is visible from query `i` iff `j ≤ i` (positions are `0..seq`). A row with no
+//! visible key (impossible under this mask, the diagonal is always visible) would give a zero
+//! output, `lse = 1e30` and zero gradients, never NaN. The running max starts at the finite
+//! `−1e30`, so no `exp(−∞ − −∞)` can occur.
+//!
+//! Layout: `q`, `k`, `v`, `out`, `dout`: `[batch, heads, seq, head_dim]` f32 (made contiguous on
+//! entry); `lse`: `[batch, heads, seq]`. Angles are computed on the device in f32 (`pos·θ`, as
+//! PyTorch implementations of RoPE do); the CPU reference builds its tables in f64.
+
+use burn::backend::ops::FloatTensorOps;
+use burn::backend::{DType, Shape, TensorMetadata};
+use burn_cubecl::CubeBackend;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+use cubecl::{CubeCount, CubeDim, calculate_cube_count_elemwise};
+
+use crate::model::{PairLayout, TapaPhase};
+
+/// Units per cube (workgroup) of every kernel.
+const CUBE_UNITS: u32 = 64;
+
+/// The positional encoding evaluated inside the kernels.
+#[derive(Clone, Debug)]
+pub enum CubeEncoding {
+    /// `s = q·k/√d`.
+    Nope,
+    /// RoPE (Su et al. 2021, eq. 34), with any scaling's inverse frequencies.
+    Rope {
+        /// `θ_p`, `[head_dim/2]`, radians per token.
+        inv_freq: Vec<f64>,
+        /// Which dims form pair `p`.
+        layout: PairLayout,
+        /// Multiplier of both rotated vectors (YaRN's attention factor; 1 otherwise).
+        attention_factor: f64,
+    },
+    /// PoPE (arXiv 2509.10534 §3).
+    Pope {
+        /// `θ_c = base^(−c/d)`, `[head_dim]`, radians per token.
+        theta: Vec<f64>,
+        /// Phase bias δ, `[heads · head_dim]` f32 on the same device as `q`, radians.
+        delta: CubeTensor,
+    },
+    /// TAPA (arXiv 2509.12635 §3).
+    Tapa {
+        /// Amplitude dims: the first `amp_dim` components (`1 ≤ amp_dim < head_dim`).
+        amp_dim: usize,
+        /// Distance exponent α of `|i−j|^α`.
+        alpha: f64,
+        /// Quadratic `q_P·k_P` or linear `Σq_P + Σk_P` phase.
+        phase: TapaPhase,
+    },
+}
+
+/// How the attention kernels are laid out on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CubeStrategy {
+    /// One unit per row, every unit reading its keys (queries) from global memory.
+    Rows,
+    /// One cube per block of `tile` rows, staging key (query) tiles of `tile` rows in shared
+    /// memory. `None`: the largest of 64, 32, 16, 8, 4, 2, 1 whose tiles fit in 32 KiB (lavapipe's
+    /// shared-memory limit; CUDA allows 48 KiB).
+    Tiled {
+        /// Rows per tile (= units per cube), or `None` for the automatic choice.
+        tile: Option<usize>,
+    },
+}
+
+/// Parameters of the fused attention (the encoding; positions are always `0..seq`).
+#[derive(Clone, Debug)]
+pub struct CubeAttentionParams {
+    /// The encoding.
+    pub encoding: CubeEncoding,
+    /// Kernel layout (results agree to f32 rounding).
+    pub strategy: CubeStrategy,
+}
+
+impl CubeAttentionParams {
+    /// `encoding` with the default (tiled, automatic tile) strategy.
+    pub fn new(encoding: CubeEncoding) -> Self {
+        Self {
+            encoding,
+            strategy: CubeStrategy::Tiled { tile: None },
+        }
+    }
+}
+
+/// Shared memory budget of the tiled kernels, bytes.
+const SHARED_BYTES: usize = 32 * 1024;
+
+/// Tile rows for the tiled kernels: the largest power of two ≤ 64 whose staged rows
+/// (`w + d + 2` floats each, the backward's largest) fit in [`SHARED_BYTES`].
+fn auto_tile(w: usize, d: usize) -> usize {
+    let per_row = (w + d + 2) * 4;
+    [64, 32, 16, 8, 4, 2, 1]
+        .into_iter()
+        .find(|&bn| bn * per_row <= SHARED_BYTES)
+        .unwrap_or(1)
+}
+
+/// Gradients returned by [`backward`]; each like its input.
+#[derive(Clone, Debug)]
+pub struct CubeGrads {
+    /// `∂L/∂q`, `[batch, heads, seq, head_dim]`.
+    pub dq: CubeTensor,
+    /// `∂L/∂k`, `[batch, heads, seq, head_dim]`.
+    pub dk: CubeTensor,
+    /// `∂L/∂v`, `[batch, heads, seq, head_dim]`.
+    pub dv: CubeTensor,
+    /// PoPE only: `∂L/∂δ`, `[heads · head_dim]`.
+    pub ddelta: Option<CubeTensor>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels
+// ---------------------------------------------------------------------------------------------
+
+#[allow(missing_docs)]
+mod kernels {
+    use cubecl::prelude::*;
+
+    /// `Σ_{c ∈ [start, end)} x[c] · y[yb + c]`.
+    #[cube]
+    pub fn dot_range(
+        x: &Array<f32>,
+        y: &[f32],
+        yb: usize,
+        #[comptime] start: usize,
+        #[comptime] end: usize,
+    ) -> f32 {
+        let mut acc = 0.0f32;
+        #[unroll]
+        for c in start..end {
+            acc += x[c] * y[yb + c];
+        }
+        acc
+    }
+
+    /// `Σ_{c ∈ [start, end)} y[yb + c]`.
+    #[cube]
+    pub fn sum_range(
+        y: &[f32],
+        yb: usize,
+        #[comptime] start: usize,
+        #[comptime] end: usize,
+    ) -> f32 {
+        let mut acc = 0.0f32;
+        #[unroll]
+        for c in start..end {
+            acc += y[yb + c];
+        }
+        acc
+    }
+
+    /// `Σ_{c ∈ [start, end)} x[c]`.
+    #[cube]
+    pub fn sum_local(x: &Array<f32>, #[comptime] start: usize, #[comptime] end: usize) -> f32 {
+        let mut acc = 0.0f32;
+        #[unroll]
+        for c in start..end {
+            acc += x[c];
+        }
+        acc
+    }
+
+    /// TAPA distance power `|i − j|^α` (0 on the diagonal).
+    #[cube]
+    pub fn dist_pow(i: usize, j: usize, alpha: f32) -> f32 {
+        let mut out = 0.0f32;
+        if i != j {
+            let dist = if i > j { i - j } else { j - i };
+            out = f32::exp(alpha * f32::ln(f32::cast_from(dist as u32)));
+        }
+        out
+    }
+
+    /// TAPA amplitude term `x_A·y_A / √a` (symmetric in the two rows).
+    #[cube]
+    pub fn tapa_amp(
+        x: &Array<f32>,
+        y: &[f32],
+        yb: usize,
+        inv_sqrt_a: f32,
+        #[comptime] amp: usize,
+    ) -> f32 {
+        dot_range(x, y, yb, 0usize, amp) * inv_sqrt_a
+    }
+
+    /// TAPA phase term `x_P·y_P / √p` (quadratic) or `(Σx_P + Σy_P)/√p` (linear), `x_sum = Σx_P`.
+    #[cube]
+    pub fn tapa_phase(
+        x: &Array<f32>,
+        x_sum: f32,
+        y: &[f32],
+        yb: usize,
+        inv_sqrt_p: f32,
+        #[comptime] amp: usize,
+        #[comptime] d: usize,
+        #[comptime] linear: bool,
+    ) -> f32 {
+        let mut raw = 0.0f32;
+        if linear {
+            raw += x_sum + sum_range(y, yb, amp, d);
+        } else {
+            raw += dot_range(x, y, yb, amp, d);
+        }
+        raw * inv_sqrt_p
+    }
+
+    /// Forward: one unit per query row. `q`, `k`: `[rows, w]`; `v`, `out`: `[rows, d]`;
+    /// `lse`: `[rows]`. `tapa` selects the TAPA score on raw q/k (then `w == d`).
+    #[cube(launch)]
+    pub fn attn_fwd(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        out: &mut [f32],
+        lse: &mut [f32],
+        rows: u32,
+        seq: u32,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let l = seq as usize;
+        let i = r % l;
+        let base = r - i; // first row of this (batch, head)
+        let mut qi = Array::<f32>::new(w);
+        #[unroll]
+        for c in 0..w {
+            qi[c] = q[r * w + c];
+        }
+        let mut acc = Array::<f32>::new(d);
+        #[unroll]
+        for c in 0..d {
+            acc[c] = 0.0f32;
+        }
+        let mut q_sum = 0.0f32;
+        if tapa {
+            q_sum = sum_local(&qi, amp, w);
+        }
+        // Running max, starting at the finite −1e30 (written as an update: a negative literal
+        // initialiser would be folded into a comptime constant by the `cube` macro).
+        let mut m = 0.0f32;
+        m -= 1.0e30f32;
+        let mut sum = 0.0f32;
+        for j in 0..i + 1 {
+            let kb = (base + j) * w;
+            let mut s = 0.0f32;
+            if tapa {
+                let a = tapa_amp(&qi, k, kb, inv_sqrt_a, amp);
+                let p = tapa_phase(&qi, q_sum, k, kb, inv_sqrt_p, amp, w, linear);
+                let phi = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha) * p;
+                s += a * f32::cos(phi);
+            } else {
+                s += dot_range(&qi, k, kb, 0usize, w) * scale;
+            }
+            let m_new = f32::max(m, s);
+            let corr = f32::exp(m - m_new);
+            let p = f32::exp(s - m_new);
+            sum = sum * corr + p;
+            let vb = (base + j) * d;
+            #[unroll]
+            for c in 0..d {
+                acc[c] = acc[c] * corr + p * v[vb + c];
+            }
+            m = m_new;
+        }
+        let mut inv = 0.0f32;
+        let mut row_lse = 1.0e30f32;
+        if sum > 0.0f32 {
+            inv = 1.0f32 / sum;
+            row_lse = m + f32::ln(sum);
+        }
+        #[unroll]
+        for c in 0..d {
+            out[r * d + c] = acc[c] * inv;
+        }
+        lse[r] = row_lse;
+    }
+
+    /// `delta[r] = Σ_c dout[r, c] · out[r, c]`, one unit per row.
+    #[cube(launch)]
+    pub fn row_dot(dout: &[f32], out: &[f32], delta: &mut [f32], rows: u32, #[comptime] d: usize) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let mut acc = 0.0f32;
+        #[unroll]
+        for c in 0..d {
+            acc += dout[r * d + c] * out[r * d + c];
+        }
+        delta[r] = acc;
+    }
+
+    /// Backward for `dq` (or `dq̃`): one unit per query row, looping over keys `j ≤ i`.
+    #[cube(launch)]
+    pub fn attn_bwd_dq(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dout: &[f32],
+        lse: &[f32],
+        delta: &[f32],
+        dq: &mut [f32],
+        rows: u32,
+        seq: u32,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let l = seq as usize;
+        let i = r % l;
+        let base = r - i;
+        let mut qi = Array::<f32>::new(w);
+        let mut gq = Array::<f32>::new(w);
+        #[unroll]
+        for c in 0..w {
+            qi[c] = q[r * w + c];
+            gq[c] = 0.0f32;
+        }
+        let mut doi = Array::<f32>::new(d);
+        #[unroll]
+        for c in 0..d {
+            doi[c] = dout[r * d + c];
+        }
+        let lse_i = lse[r];
+        let delta_i = delta[r];
+        let mut q_sum = 0.0f32;
+        if tapa {
+            q_sum = sum_local(&qi, amp, w);
+        }
+        for j in 0..i + 1 {
+            let kb = (base + j) * w;
+            let dp = dot_range(&doi, v, (base + j) * d, 0usize, d);
+            if tapa {
+                let a = tapa_amp(&qi, k, kb, inv_sqrt_a, amp);
+                let ph = tapa_phase(&qi, q_sum, k, kb, inv_sqrt_p, amp, w, linear);
+                let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
+                let phi = two_pi_dist * ph;
+                let cos_phi = f32::cos(phi);
+                let p = f32::exp(a * cos_phi - lse_i);
+                let ds = p * (dp - delta_i);
+                // ∂s/∂A = cos φ, ∂s/∂P = −A sin φ · 2π|i−j|^α.
+                let ga = ds * cos_phi * inv_sqrt_a;
+                let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
+                #[unroll]
+                for c in 0..amp {
+                    gq[c] += ga * k[kb + c];
+                }
+                if linear {
+                    #[unroll]
+                    for c in amp..w {
+                        gq[c] += gp;
+                    }
+                } else {
+                    #[unroll]
+                    for c in amp..w {
+                        gq[c] += gp * k[kb + c];
+                    }
+                }
+            } else {
+                let s = dot_range(&qi, k, kb, 0usize, w) * scale;
+                let p = f32::exp(s - lse_i);
+                let ds = p * (dp - delta_i) * scale;
+                #[unroll]
+                for c in 0..w {
+                    gq[c] += ds * k[kb + c];
+                }
+            }
+        }
+        #[unroll]
+        for c in 0..w {
+            dq[r * w + c] = gq[c];
+        }
+    }
+
+    /// Backward for `dk` (or `dk̃`) and `dv`: one unit per key row, looping over queries `i ≥ j`.
+    #[cube(launch)]
+    pub fn attn_bwd_dkdv(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dout: &[f32],
+        lse: &[f32],
+        delta: &[f32],
+        dk: &mut [f32],
+        dv: &mut [f32],
+        rows: u32,
+        seq: u32,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let l = seq as usize;
+        let j = r % l;
+        let base = r - j;
+        let mut kj = Array::<f32>::new(w);
+        let mut gk = Array::<f32>::new(w);
+        #[unroll]
+        for c in 0..w {
+            kj[c] = k[r * w + c];
+            gk[c] = 0.0f32;
+        }
+        let mut vj = Array::<f32>::new(d);
+        let mut gv = Array::<f32>::new(d);
+        #[unroll]
+        for c in 0..d {
+            vj[c] = v[r * d + c];
+            gv[c] = 0.0f32;
+        }
+        let mut k_sum = 0.0f32;
+        if tapa {
+            k_sum = sum_local(&kj, amp, w);
+        }
+        for i in j..l {
+            let qr = base + i;
+            let qb = qr * w;
+            let ob = qr * d;
+            let lse_i = lse[qr];
+            let delta_i = delta[qr];
+            let dp = dot_range(&vj, dout, ob, 0usize, d);
+            if tapa {
+                let a = tapa_amp(&kj, q, qb, inv_sqrt_a, amp);
+                let ph = tapa_phase(&kj, k_sum, q, qb, inv_sqrt_p, amp, w, linear);
+                let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
+                let phi = two_pi_dist * ph;
+                let cos_phi = f32::cos(phi);
+                let p = f32::exp(a * cos_phi - lse_i);
+                #[unroll]
+                for c in 0..d {
+                    gv[c] += p * dout[ob + c];
+                }
+                let ds = p * (dp - delta_i);
+                let ga = ds * cos_phi * inv_sqrt_a;
+                let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
+                #[unroll]
+                for c in 0..amp {
+                    gk[c] += ga * q[qb + c];
+                }
+                if linear {
+                    #[unroll]
+                    for c in amp..w {
+                        gk[c] += gp;
+                    }
+                } else {
+                    #[unroll]
+                    for c in amp..w {
+                        gk[c] += gp * q[qb + c];
+                    }
+                }
+            } else {
+                let s = dot_range(&kj, q, qb, 0usize, w) * scale;
+                let p = f32::exp(s - lse_i);
+                #[unroll]
+                for c in 0..d {
+                    gv[c] += p * dout[ob + c];
+                }
+                let ds = p * (dp - delta_i) * scale;
+                #[unroll]
+                for c in 0..w {
+                    gk[c] += ds * q[qb + c];
+                }
+            }
+        }
+        #[unroll]
+        for c in 0..w {
+            dk[r * w + c] = gk[c];
+        }
+        #[unroll]
+        for c in 0..d {
+            dv[r * d + c] = gv[c];
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Tiled kernels: one cube per (block of `bn` rows, batch·head), `bn` units; the key (query)
+    // rows a block needs are staged through shared memory one tile of `bn` rows at a time, so each
+    // row is read from global memory once per cube instead of once per unit. Units past the end
+    // of the sequence take part in the loads and barriers but compute nothing.
+    // -----------------------------------------------------------------------------------------
+
+    /// Tiled forward; same contract as [`attn_fwd`]. Launch: cube count
+    /// `(ceil(seq/bn), batch·heads, 1)`, cube dim `bn`.
+    #[cube(launch)]
+    pub fn attn_fwd_tiled(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        out: &mut [f32],
+        lse: &mut [f32],
+        seq: u32,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+        #[comptime] bn: usize,
+    ) {
+        let l = seq as usize;
+        let t = UNIT_POS as usize;
+        let block = CUBE_POS_X as usize;
+        let base = CUBE_POS_Y as usize * l;
+        let i = block * bn + t;
+        let active = i < l;
+        let r = base + i;
+        let mut qi = Array::<f32>::new(w);
+        let mut acc = Array::<f32>::new(d);
+        #[unroll]
+        for c in 0..w {
+            qi[c] = 0.0f32;
+        }
+        #[unroll]
+        for c in 0..d {
+            acc[c] = 0.0f32;
+        }
+        if active {
+            #[unroll]
+            for c in 0..w {
+                qi[c] = q[r * w + c];
+            }
+        }
+        let mut q_sum = 0.0f32;
+        if tapa {
+            q_sum += sum_local(&qi, amp, w);
+        }
+        let mut m = 0.0f32;
+        m -= 1.0e30f32;
+        let mut sum = 0.0f32;
+        let mut ks = Shared::<[f32]>::new_slice(comptime!(bn * w));
+        let mut vs = Shared::<[f32]>::new_slice(comptime!(bn * d));
+        for tile in 0..block + 1 {
+            let j0 = tile * bn;
+            let jl = j0 + t;
+            if jl < l {
+                #[unroll]
+                for c in 0..w {
+                    ks[t * w + c] = k[(base + jl) * w + c];
+                }
+                #[unroll]
+                for c in 0..d {
+                    vs[t * d + c] = v[(base + jl) * d + c];
+                }
+            }
+            sync_cube();
+            if active {
+                let mut jend = j0 + bn;
+                if jend > i + 1 {
+                    jend = i + 1;
+                }
+                for j in j0..jend {
+                    let kb = (j - j0) * w;
+                    let mut s = 0.0f32;
+                    if tapa {
+                        let a = tapa_amp(&qi, &ks, kb, inv_sqrt_a, amp);
+                        let p = tapa_phase(&qi, q_sum, &ks, kb, inv_sqrt_p, amp, w, linear);
+                        let phi = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha) * p;
+                        s += a * f32::cos(phi);
+                    } else {
+                        s += dot_range(&qi, &ks, kb, 0usize, w) * scale;
+                    }
+                    let m_new = f32::max(m, s);
+                    let corr = f32::exp(m - m_new);
+                    let p = f32::exp(s - m_new);
+                    sum = sum * corr + p;
+                    let vb = (j - j0) * d;
+                    #[unroll]
+                    for c in 0..d {
+                        acc[c] = acc[c] * corr + p * vs[vb + c];
+                    }
+                    m = m_new;
+                }
+            }
+            sync_cube();
+        }
+        if active {
+            let mut inv = 0.0f32;
+            let mut row_lse = 1.0e30f32;
+            if sum > 0.0f32 {
+                inv = 1.0f32 / sum;
+                row_lse = m + f32::ln(sum);
+            }
+            #[unroll]
+            for c in 0..d {
+                out[r * d + c] = acc[c] * inv;
+            }
+            lse[r] = row_lse;
+        }
+    }
+
+    /// Tiled backward for `dq` (or `dq̃`); same contract as [`attn_bwd_dq`], launch as
+    /// [`attn_fwd_tiled`].
+    #[cube(launch)]
+    pub fn attn_bwd_dq_tiled(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dout: &[f32],
+        lse: &[f32],
+        delta: &[f32],
+        dq: &mut [f32],
+        seq: u32,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+        #[comptime] bn: usize,
+    ) {
+        let l = seq as usize;
+        let t = UNIT_POS as usize;
+        let block = CUBE_POS_X as usize;
+        let base = CUBE_POS_Y as usize * l;
+        let i = block * bn + t;
+        let active = i < l;
+        let r = base + i;
+        let mut qi = Array::<f32>::new(w);
+        let mut gq = Array::<f32>::new(w);
+        let mut doi = Array::<f32>::new(d);
+        #[unroll]
+        for c in 0..w {
+            qi[c] = 0.0f32;
+            gq[c] = 0.0f32;
+        }
+        #[unroll]
+        for c in 0..d {
+            doi[c] = 0.0f32;
+        }
+        let mut lse_i = 0.0f32;
+        let mut delta_i = 0.0f32;
+        if active {
+            #[unroll]
+            for c in 0..w {
+                qi[c] = q[r * w + c];
+            }
+            #[unroll]
+            for c in 0..d {
+                doi[c] = dout[r * d + c];
+            }
+            lse_i += lse[r];
+            delta_i += delta[r];
+        }
+        let mut q_sum = 0.0f32;
+        if tapa {
+            q_sum += sum_local(&qi, amp, w);
+        }
+        let mut ks = Shared::<[f32]>::new_slice(comptime!(bn * w));
+        let mut vs = Shared::<[f32]>::new_slice(comptime!(bn * d));
+        for tile in 0..block + 1 {
+            let j0 = tile * bn;
+            let jl = j0 + t;
+            if jl < l {
+                #[unroll]
+                for c in 0..w {
+                    ks[t * w + c] = k[(base + jl) * w + c];
+                }
+                #[unroll]
+                for c in 0..d {
+                    vs[t * d + c] = v[(base + jl) * d + c];
+                }
+            }
+            sync_cube();
+            if active {
+                let mut jend = j0 + bn;
+                if jend > i + 1 {
+                    jend = i + 1;
+                }
+                for j in j0..jend {
+                    let kb = (j - j0) * w;
+                    let dp = dot_range(&doi, &vs, (j - j0) * d, 0usize, d);
+                    if tapa {
+                        let a = tapa_amp(&qi, &ks, kb, inv_sqrt_a, amp);
+                        let ph = tapa_phase(&qi, q_sum, &ks, kb, inv_sqrt_p, amp, w, linear);
+                        let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
+                        let phi = two_pi_dist * ph;
+                        let cos_phi = f32::cos(phi);
+                        let p = f32::exp(a * cos_phi - lse_i);
+                        let ds = p * (dp - delta_i);
+                        let ga = ds * cos_phi * inv_sqrt_a;
+                        let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
+                        #[unroll]
+                        for c in 0..amp {
+                            gq[c] += ga * ks[kb + c];
+                        }
+                        if linear {
+                            #[unroll]
+                            for c in amp..w {
+                                gq[c] += gp;
+                            }
+                        } else {
+                            #[unroll]
+                            for c in amp..w {
+                                gq[c] += gp * ks[kb + c];
+                            }
+                        }
+                    } else {
+                        let s = dot_range(&qi, &ks, kb, 0usize, w) * scale;
+                        let p = f32::exp(s - lse_i);
+                        let ds = p * (dp - delta_i) * scale;
+                        #[unroll]
+                        for c in 0..w {
+                            gq[c] += ds * ks[kb + c];
+                        }
+                    }
+                }
+            }
+            sync_cube();
+        }
+        if active {
+            #[unroll]
+            for c in 0..w {
+                dq[r * w + c] = gq[c];
+            }
+        }
+    }
+
+    /// Tiled backward for `dk` (or `dk̃`) and `dv`; same contract as [`attn_bwd_dkdv`]. One cube
+    /// per block of `bn` key rows, staging the query-side rows (`q̃`, `dout`, `lse`, `Δ`) of the
+    /// blocks at and after it.
+    #[cube(launch)]
+    pub fn attn_bwd_dkdv_tiled(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dout: &[f32],
+        lse: &[f32],
+        delta: &[f32],
+        dk: &mut [f32],
+        dv: &mut [f32],
+        seq: u32,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+        #[comptime] bn: usize,
+    ) {
+        let l = seq as usize;
+        let t = UNIT_POS as usize;
+        let block = CUBE_POS_X as usize;
+        let base = CUBE_POS_Y as usize * l;
+        let j = block * bn + t;
+        let active = j < l;
+        let r = base + j;
+        let mut kj = Array::<f32>::new(w);
+        let mut gk = Array::<f32>::new(w);
+        let mut vj = Array::<f32>::new(d);
+        let mut gv = Array::<f32>::new(d);
+        #[unroll]
+        for c in 0..w {
+            kj[c] = 0.0f32;
+            gk[c] = 0.0f32;
+        }
+        #[unroll]
+        for c in 0..d {
+            vj[c] = 0.0f32;
+            gv[c] = 0.0f32;
+        }
+        if active {
+            #[unroll]
+            for c in 0..w {
+                kj[c] = k[r * w + c];
+            }
+            #[unroll]
+            for c in 0..d {
+                vj[c] = v[r * d + c];
+            }
+        }
+        let mut k_sum = 0.0f32;
+        if tapa {
+            k_sum += sum_local(&kj, amp, w);
+        }
+        let mut qs = Shared::<[f32]>::new_slice(comptime!(bn * w));
+        let mut dos = Shared::<[f32]>::new_slice(comptime!(bn * d));
+        let mut ls = Shared::<[f32]>::new_slice(bn);
+        let mut dls = Shared::<[f32]>::new_slice(bn);
+        let n_tiles = (l + bn - 1) / bn;
+        for tile in block..n_tiles {
+            let i0 = tile * bn;
+            let il = i0 + t;
+            if il < l {
+                let qr = base + il;
+                #[unroll]
+                for c in 0..w {
+                    qs[t * w + c] = q[qr * w + c];
+                }
+                #[unroll]
+                for c in 0..d {
+                    dos[t * d + c] = dout[qr * d + c];
+                }
+                ls[t] = lse[qr];
+                dls[t] = delta[qr];
+            }
+            sync_cube();
+            if active {
+                let mut istart = i0;
+                if istart < j {
+                    istart = j;
+                }
+                let mut iend = i0 + bn;
+                if iend > l {
+                    iend = l;
+                }
+                for i in istart..iend {
+                    let tq = i - i0;
+                    let qb = tq * w;
+                    let ob = tq * d;
+                    let lse_i = ls[tq];
+                    let delta_i = dls[tq];
+                    let dp = dot_range(&vj, &dos, ob, 0usize, d);
+                    if tapa {
+                        let a = tapa_amp(&kj, &qs, qb, inv_sqrt_a, amp);
+                        let ph = tapa_phase(&kj, k_sum, &qs, qb, inv_sqrt_p, amp, w, linear);
+                        let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
+                        let phi = two_pi_dist * ph;
+                        let cos_phi = f32::cos(phi);
+                        let p = f32::exp(a * cos_phi - lse_i);
+                        #[unroll]
+                        for c in 0..d {
+                            gv[c] += p * dos[ob + c];
+                        }
+                        let ds = p * (dp - delta_i);
+                        let ga = ds * cos_phi * inv_sqrt_a;
+                        let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
+                        #[unroll]
+                        for c in 0..amp {
+                            gk[c] += ga * qs[qb + c];
+                        }
+                        if linear {
+                            #[unroll]
+                            for c in amp..w {
+                                gk[c] += gp;
+                            }
+                        } else {
+                            #[unroll]
+                            for c in amp..w {
+                                gk[c] += gp * qs[qb + c];
+                            }
+                        }
+                    } else {
+                        let s = dot_range(&kj, &qs, qb, 0usize, w) * scale;
+                        let p = f32::exp(s - lse_i);
+                        #[unroll]
+                        for c in 0..d {
+                            gv[c] += p * dos[ob + c];
+                        }
+                        let ds = p * (dp - delta_i) * scale;
+                        #[unroll]
+                        for c in 0..w {
+                            gk[c] += ds * qs[qb + c];
+                        }
+                    }
+                }
+            }
+            sync_cube();
+        }
+        if active {
+            #[unroll]
+            for c in 0..w {
+                dk[r * w + c] = gk[c];
+            }
+            #[unroll]
+            for c in 0..d {
+                dv[r * d + c] = gv[c];
+            }
+        }
+    }
+
+    /// RoPE on one row per unit: `out = a · R(±pos·θ) x` (`inverse` rotates by −pos·θ, the
+    /// transpose, for the backward). `inv_freq`: `[d/2]`.
+    #[cube(launch)]
+    pub fn rope_rotate(
+        x: &[f32],
+        inv_freq: &[f32],
+        out: &mut [f32],
+        rows: u32,
+        seq: u32,
+        factor: f32,
+        #[comptime] d: usize,
+        #[comptime] adjacent: bool,
+        #[comptime] inverse: bool,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let pos = f32::cast_from((r % seq as usize) as u32);
+        let half = d / 2;
+        let row = r * d;
+        if adjacent {
+            #[unroll]
+            for p in 0..half {
+                rotate_pair(
+                    x,
+                    out,
+                    row + 2 * p,
+                    row + 2 * p + 1,
+                    pos * inv_freq[p],
+                    factor,
+                    inverse,
+                );
+            }
+        } else {
+            #[unroll]
+            for p in 0..half {
+                rotate_pair(
+                    x,
+                    out,
+                    row + p,
+                    row + p + half,
+                    pos * inv_freq[p],
+                    factor,
+                    inverse,
+                );
+            }
+        }
+    }
+
+    /// `out[(ia, ib)] = a · R(±ang) x[(ia, ib)]`.
+    #[cube]
+    pub fn rotate_pair(
+        x: &[f32],
+        out: &mut [f32],
+        ia: usize,
+        ib: usize,
+        ang: f32,
+        factor: f32,
+        #[comptime] inverse: bool,
+    ) {
+        let c = f32::cos(ang) * factor;
+        let mut s = f32::sin(ang) * factor;
+        if inverse {
+            s = -s;
+        }
+        let xa = x[ia];
+        let xb = x[ib];
+        out[ia] = xa * c - xb * s;
+        out[ib] = xa * s + xb * c;
+    }
+
+    /// Numerically stable softplus `ln(1 + eˣ)`.
+    #[cube]
+    pub fn softplus(x: f32) -> f32 {
+        f32::max(x, 0.0f32) + f32::log1p(f32::exp(-f32::abs(x)))
+    }
+
+    /// Logistic sigmoid (softplus' derivative).
+    #[cube]
+    pub fn sigmoid(x: f32) -> f32 {
+        1.0f32 / (1.0f32 + f32::exp(-x))
+    }
+
+    /// PoPE q̃ (`is_key = false`) or k̃ (`true`), one row per unit: `x`: `[rows, d]` →
+    /// `out`: `[rows, 2d]`. `theta`: `[d]`; `delta`: `[heads · d]` (keys only).
+    #[cube(launch)]
+    pub fn pope_prep(
+        x: &[f32],
+        theta: &[f32],
+        delta: &[f32],
+        out: &mut [f32],
+        rows: u32,
+        seq: u32,
+        heads: u32,
+        #[comptime] d: usize,
+        #[comptime] is_key: bool,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let l = seq as usize;
+        let pos = f32::cast_from((r % l) as u32);
+        let h = (r / l) % heads as usize;
+        #[unroll]
+        for c in 0..d {
+            let mu = softplus(x[r * d + c]);
+            let mut ang = pos * theta[c];
+            if is_key {
+                ang += delta[h * d + c];
+            }
+            out[r * 2 * d + c] = mu * f32::cos(ang);
+            out[r * 2 * d + d + c] = mu * f32::sin(ang);
+        }
+    }
+
+    /// PoPE backward of [`pope_prep`]: `g`: `[rows, 2d]` (`dq̃` or `dk̃`) → `dx`: `[rows, d]`
+    /// and, for keys, `dphase[r, c] = ∂L/∂(angle)` (summed into `dδ` by the host).
+    #[cube(launch)]
+    pub fn pope_prep_bwd(
+        x: &[f32],
+        theta: &[f32],
+        delta: &[f32],
+        g: &[f32],
+        dx: &mut [f32],
+        dphase: &mut [f32],
+        rows: u32,
+        seq: u32,
+        heads: u32,
+        #[comptime] d: usize,
+        #[comptime] is_key: bool,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let l = seq as usize;
+        let pos = f32::cast_from((r % l) as u32);
+        let h = (r / l) % heads as usize;
+        #[unroll]
+        for c in 0..d {
+            let xv = x[r * d + c];
+            let mut ang = pos * theta[c];
+            if is_key {
+                ang += delta[h * d + c];
+            }
+            let cs = f32::cos(ang);
+            let sn = f32::sin(ang);
+            let gc = g[r * 2 * d + c];
+            let gs = g[r * 2 * d + d + c];
+            // ∂L/∂μ = g_c cos + g_s sin;  ∂μ/∂x = σ(x).
+            dx[r * d + c] = (gc * cs + gs * sn) * sigmoid(xv);
+            if is_key {
+                // ∂L/∂angle = μ (−g_c sin + g_s cos).
+                dphase[r * d + c] = softplus(xv) * (gs * cs - gc * sn);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side
+// ---------------------------------------------------------------------------------------------
+
+/// `[batch, heads, seq, head_dim]` of a rank-4 tensor.
+fn dims4(t: &CubeTensor) -> [usize; 4] {
+    let s = t.shape();
+    assert_eq!(s.num_dims(), 4, "expected [batch, heads, seq, head_dim]");
+    [s[0], s[1], s[2], s[3]]
+}
+
+/// Contiguous f32 copy (or the tensor itself when it already is).
+fn prepare(t: CubeTensor, what: &str) -> CubeTensor {
+    assert_eq!(t.dtype, DType::F32, "{what}: the cube kernels take f32");
+    let t = into_contiguous(t);
+    assert!(
+        t.is_contiguous(),
+        "{what}: not contiguous after into_contiguous"
+    );
+    t
+}
+
+/// A new contiguous f32 tensor of `shape` on `like`'s device (uninitialised).
+fn empty_like(like: &CubeTensor, shape: Vec<usize>) -> CubeTensor {
+    let n: usize = shape.iter().product();
+    let handle = like.client.empty(n.max(1) * 4);
+    CubeTensor::new_contiguous(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(shape),
+        handle,
+        DType::F32,
+    )
+}
+
+/// An f32 device buffer holding `values` (as f32), as a tensor `[len]`.
+fn upload(like: &CubeTensor, values: &[f64]) -> CubeTensor {
+    let v: Vec<f32> = values.iter().map(|&x| x as f32).collect();
+    let v = if v.is_empty() { vec![0.0f32] } else { v };
+    let handle = like.client.create_from_slice(f32::as_bytes(&v));
+    CubeTensor::new_contiguous(
+        like.client.clone(),
+        like.device.clone(),
+        Shape::from(vec![v.len()]),
+        handle,
+        DType::F32,
+    )
+}
+
+fn arg(t: &CubeTensor) -> BufferArg {
+    t.clone().into_buffer_arg()
+}
+
+fn launch_dims(like: &CubeTensor, units: usize) -> (CubeCount, CubeDim) {
+    let dim = CubeDim::new_1d(CUBE_UNITS);
+    let count = calculate_cube_count_elemwise(&like.client, units.max(1), dim);
+    (count, dim)
+}
+
+/// Comptime/runtime settings of the attention kernels for one call.
+struct Plan {
+    rows: usize,
+    seq: usize,
+    head_dim: usize,
+    /// Width of the transformed q̃/k̃ rows.
+    w: usize,
+    scale: f32,
+    tapa: bool,
+    amp: usize,
+    linear: bool,
+    inv_sqrt_a: f32,
+    inv_sqrt_p: f32,
+    alpha: f32,
+}
+
+impl Plan {
+    fn new(shape: [usize; 4], enc: &CubeEncoding) -> Self {
+        let [b, h, l, d] = shape;
+        let mut plan = Plan {
+            rows: b * h * l,
+            seq: l,
+            head_dim: d,
+            w: d,
+            scale: 1.0 / (d as f32).sqrt(),
+            tapa: false,
+            amp: 0,
+            linear: false,
+            inv_sqrt_a: 1.0,
+            inv_sqrt_p: 1.0,
+            alpha: 0.0,
+        };
+        match enc {
+            CubeEncoding::Nope => {}
+            CubeEncoding::Rope { inv_freq, .. } => {
+                assert!(d % 2 == 0, "RoPE needs an even head_dim");
+                assert_eq!(inv_freq.len(), d / 2, "inv_freq must be [head_dim/2]");
+            }
+            CubeEncoding::Pope { theta, delta } => {
+                assert_eq!(theta.len(), d, "PoPE theta must be [head_dim]");
+                assert_eq!(
+                    delta.shape().num_elements(),
+                    h * d,
+                    "PoPE delta must be [heads·head_dim]"
+                );
+                plan.w = 2 * d;
+            }
+            CubeEncoding::Tapa {
+                amp_dim,
+                alpha,
+                phase,
+            } => {
+                assert!(
+                    *amp_dim >= 1 && *amp_dim < d,
+                    "TAPA amp_dim must be in 1..head_dim"
+                );
+                plan.tapa = true;
+                plan.amp = *amp_dim;
+                plan.linear = *phase == TapaPhase::Linear;
+                plan.inv_sqrt_a = 1.0 / (*amp_dim as f32).sqrt();
+                plan.inv_sqrt_p = 1.0 / ((d - amp_dim) as f32).sqrt();
+                plan.alpha = *alpha as f32;
+            }
+        }
+        plan
+    }
+}
+
+/// `(q̃, k̃)` for the dot-product encodings; `(q, k)` for NoPE and TAPA.
+fn transform(
+    q: &CubeTensor,
+    k: &CubeTensor,
+    enc: &CubeEncoding,
+    plan: &Plan,
+) -> (CubeTensor, CubeTensor) {
+    let (count, dim) = launch_dims(q, plan.rows);
+    let (rows, seq, d) = (plan.rows as u32, plan.seq as u32, plan.head_dim);
+    match enc {
+        CubeEncoding::Nope | CubeEncoding::Tapa { .. } => (q.clone(), k.clone()),
+        CubeEncoding::Rope {
+            inv_freq,
+            layout,
+            attention_factor,
+        } => {
+            let freqs = upload(q, inv_freq);
+            let rotate = |x: &CubeTensor| {
+                let out = empty_like(x, vec![plan.rows, d]);
+                kernels::rope_rotate::launch(
+                    &x.client,
+                    count.clone(),
+                    dim,
+                    arg(x),
+                    arg(&freqs),
+                    arg(&out),
+                    rows,
+                    seq,
+                    *attention_factor as f32,
+                    d,
+                    *layout == PairLayout::Adjacent,
+                    false,
+                );
+                out
+            };
+            (rotate(q), rotate(k))
+        }
+        CubeEncoding::Pope { theta, delta } => {
+            let theta = upload(q, theta);
+            let heads = (delta.shape().num_elements() / d) as u32;
+            let prep = |x: &CubeTensor, is_key: bool| {
+                let out = empty_like(x, vec![plan.rows, 2 * d]);
+                kernels::pope_prep::launch(
+                    &x.client,
+                    count.clone(),
+                    dim,
+                    arg(x),
+                    arg(&theta),
+                    arg(delta),
+                    arg(&out),
+                    rows,
+                    seq,
+                    heads,
+                    d,
+                    is_key,
+                );
+                out
+            };
+            (prep(q, false), prep(k, true))
+        }
+    }
+}
+
+/// `None` for [`CubeStrategy::Rows`]; otherwise `(tile rows, cube count, cube dim)` of the
+/// tiled kernels: one cube per (block of `tile` rows, batch·head).
+fn tiling(strategy: &CubeStrategy, plan: &Plan) -> Option<(usize, CubeCount, CubeDim)> {
+    let CubeStrategy::Tiled { tile } = strategy else {
+        return None;
+    };
+    let bn = tile.unwrap_or_else(|| auto_tile(plan.w, plan.head_dim));
+    assert!(bn >= 1, "tile must be at least one row");
+    let blocks = plan.seq.div_ceil(bn).max(1);
+    let slices = (plan.rows / plan.seq.max(1)).max(1);
+    Some((
+        bn,
+        CubeCount::Static(blocks as u32, slices as u32, 1),
+        CubeDim::new_1d(bn as u32),
+    ))
+}
+
+fn validate(q: &CubeTensor, k: &CubeTensor, v: &CubeTensor) -> [usize; 4] {
+    let shape = dims4(q);
+    assert_eq!(dims4(k), shape, "k must have q's shape");
+    assert_eq!(dims4(v), shape, "v must have q's shape");
+    shape
+}
+
+fn prepare_encoding(enc: &CubeEncoding) -> CubeEncoding {
+    match enc {
+        CubeEncoding::Pope { theta, delta } => CubeEncoding::Pope {
+            theta: theta.clone(),
+            delta: prepare(delta.clone(), "delta"),
+        },
+        other => other.clone(),
+    }
+}
+
+/// Causal attention forward.
+///
+/// `q`, `k`, `v`: `[batch, heads, seq, head_dim]` f32 on one cube device. Returns
+/// `(out [batch, heads, seq, head_dim], lse [batch, heads, seq])`, `lse` in nats (log of the
+/// softmax normaliser of each query row, scores as defined in the module docs).
+///
+/// # Panics
+/// On mismatched shapes, a non-f32 dtype, or encoding parameters of the wrong length.
+pub fn forward(
+    q: CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    params: &CubeAttentionParams,
+) -> (CubeTensor, CubeTensor) {
+    let shape = validate(&q, &k, &v);
+    let (q, k, v) = (prepare(q, "q"), prepare(k, "k"), prepare(v, "v"));
+    let enc = prepare_encoding(&params.encoding);
+    let plan = Plan::new(shape, &enc);
+    let (qt, kt) = transform(&q, &k, &enc, &plan);
+    let [b, h, l, d] = shape;
+    let out = empty_like(&q, vec![b, h, l, d]);
+    let lse = empty_like(&q, vec![b, h, l]);
+    match tiling(&params.strategy, &plan) {
+        None => {
+            let (count, dim) = launch_dims(&q, plan.rows);
+            kernels::attn_fwd::launch(
+                &q.client,
+                count,
+                dim,
+                arg(&qt),
+                arg(&kt),
+                arg(&v),
+                arg(&out),
+                arg(&lse),
+                plan.rows as u32,
+                plan.seq as u32,
+                plan.scale,
+                plan.inv_sqrt_a,
+                plan.inv_sqrt_p,
+                plan.alpha,
+                plan.w,
+                d,
+                plan.tapa,
+                plan.amp,
+                plan.linear,
+            );
+        }
+        Some((bn, count, dim)) => {
+            kernels::attn_fwd_tiled::launch(
+                &q.client,
+                count,
+                dim,
+                arg(&qt),
+                arg(&kt),
+                arg(&v),
+                arg(&out),
+                arg(&lse),
+                plan.seq as u32,
+                plan.scale,
+                plan.inv_sqrt_a,
+                plan.inv_sqrt_p,
+                plan.alpha,
+                plan.w,
+                d,
+                plan.tapa,
+                plan.amp,
+                plan.linear,
+                bn,
+            );
+        }
+    }
+    (out, lse)
+}
+
+/// Causal attention backward.
+///
+/// `q`, `k`, `v`, `out`, `dout`: `[batch, heads, seq, head_dim]`; `lse`: `[batch, heads, seq]`,
+/// both from [`forward`] with the same `params`. Returns `dq`, `dk`, `dv` like `q`, and for PoPE
+/// `dδ` `[heads · head_dim]` (summed over batch and positions).
+pub fn backward(
+    q: CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    out: CubeTensor,
+    lse: CubeTensor,
+    dout: CubeTensor,
+    params: &CubeAttentionParams,
+) -> CubeGrads {
+    let shape = validate(&q, &k, &v);
+    assert_eq!(dims4(&out), shape, "out must have q's shape");
+    assert_eq!(dims4(&dout), shape, "dout must have q's shape");
+    let [b, h, l, d] = shape;
+    assert_eq!(
+        lse.shape().num_elements(),
+        b * h * l,
+        "lse must be [batch, heads, seq]"
+    );
+    let (q, k, v) = (prepare(q, "q"), prepare(k, "k"), prepare(v, "v"));
+    let (out, lse, dout) = (
+        prepare(out, "out"),
+        prepare(lse, "lse"),
+        prepare(dout, "dout"),
+    );
+    let enc = prepare_encoding(&params.encoding);
+    let plan = Plan::new(shape, &enc);
+    let (qt, kt) = transform(&q, &k, &enc, &plan);
+    let (count, dim) = launch_dims(&q, plan.rows);
+    let client = q.client.clone();
+    let (rows, seq) = (plan.rows as u32, plan.seq as u32);
+
+    let delta = empty_like(&q, vec![plan.rows]);
+    kernels::row_dot::launch(
+        &client,
+        count.clone(),
+        dim,
+        arg(&dout),
+        arg(&out),
+        arg(&delta),
+        rows,
+        d,
+    );
+
+    let dqt = empty_like(&q, vec![plan.rows, plan.w]);
+    let dkt = empty_like(&q, vec![plan.rows, plan.w]);
+    let dv = empty_like(&q, vec![b, h, l, d]);
+    match tiling(&params.strategy, &plan) {
+        None => {
+            kernels::attn_bwd_dq::launch(
+                &client,
+                count.clone(),
+                dim,
+                arg(&qt),
+                arg(&kt),
+                arg(&v),
+                arg(&dout),
+                arg(&lse),
+                arg(&delta),
+                arg(&dqt),
+                rows,
+                seq,
+                plan.scale,
+                plan.inv_sqrt_a,
+                plan.inv_sqrt_p,
+                plan.alpha,
+                plan.w,
+                d,
+                plan.tapa,
+                plan.amp,
+                plan.linear,
+            );
+            kernels::attn_bwd_dkdv::launch(
+                &client,
+                count.clone(),
+                dim,
+                arg(&qt),
+                arg(&kt),
+                arg(&v),
+                arg(&dout),
+                arg(&lse),
+                arg(&delta),
+                arg(&dkt),
+                arg(&dv),
+                rows,
+                seq,
+                plan.scale,
+                plan.inv_sqrt_a,
+                plan.inv_sqrt_p,
+                plan.alpha,
+                plan.w,
+                d,
+                plan.tapa,
+                plan.amp,
+                plan.linear,
+            );
+        }
+        Some((bn, tcount, tdim)) => {
+            kernels::attn_bwd_dq_tiled::launch(
+                &client,
+                tcount.clone(),
+                tdim,
+                arg(&qt),
+                arg(&kt),
+                arg(&v),
+                arg(&dout),
+                arg(&lse),
+                arg(&delta),
+                arg(&dqt),
+                seq,
+                plan.scale,
+                plan.inv_sqrt_a,
+                plan.inv_sqrt_p,
+                plan.alpha,
+                plan.w,
+                d,
+                plan.tapa,
+                plan.amp,
+                plan.linear,
+                bn,
+            );
+            kernels::attn_bwd_dkdv_tiled::launch(
+                &client,
+                tcount,
+                tdim,
+                arg(&qt),
+                arg(&kt),
+                arg(&v),
+                arg(&dout),
+                arg(&lse),
+                arg(&delta),
+                arg(&dkt),
+                arg(&dv),
+                seq,
+                plan.scale,
+                plan.inv_sqrt_a,
+                plan.inv_sqrt_p,
+                plan.alpha,
+                plan.w,
+                d,
+                plan.tapa,
+                plan.amp,
+                plan.linear,
+                bn,
+            );
+        }
+    }
+
+    let reshape = |t: CubeTensor| -> CubeTensor {
+        CubeBackend::float_reshape(t, Shape::from(vec![b, h, l, d]))
+    };
+    match &enc {
+        CubeEncoding::Nope | CubeEncoding::Tapa { .. } => CubeGrads {
+            dq: reshape(dqt),
+            dk: reshape(dkt),
+            dv,
+            ddelta: None,
+        },
+        CubeEncoding::Rope {
+            inv_freq,
+            layout,
+            attention_factor,
+        } => {
+            let freqs = upload(&q, inv_freq);
+            let unrotate = |g: &CubeTensor| {
+                let out = empty_like(g, vec![b, h, l, d]);
+                kernels::rope_rotate::launch(
+                    &client,
+                    count.clone(),
+                    dim,
+                    arg(g),
+                    arg(&freqs),
+                    arg(&out),
+                    rows,
+                    seq,
+                    *attention_factor as f32,
+                    d,
+                    *layout == PairLayout::Adjacent,
+                    true,
+                );
+                out
+            };
+            CubeGrads {
+                dq: unrotate(&dqt),
+                dk: unrotate(&dkt),
+                dv,
+                ddelta: None,
+            }
+        }
+        CubeEncoding::Pope { theta, delta } => {
+            let theta = upload(&q, theta);
+            let heads = (delta.shape().num_elements() / d) as u32;
+            let dphase = empty_like(&q, vec![b, h, l, d]);
+            let back = |x: &CubeTensor, g: &CubeTensor, is_key: bool| {
+                let dx = empty_like(x, vec![b, h, l, d]);
+                kernels::pope_prep_bwd::launch(
+                    &client,
+                    count.clone(),
+                    dim,
+                    arg(x),
+                    arg(&theta),
+                    arg(delta),
+                    arg(g),
+                    arg(&dx),
+                    arg(&dphase),
+                    rows,
+                    seq,
+                    heads,
+                    d,
+                    is_key,
+                );
+                dx
+            };
+            let dq = back(&q, &dqt, false);
+            let dk = back(&k, &dkt, true);
+            // dδ[h, c] = Σ_{b, j} dphase[b, h, j, c].
+            let s = CubeBackend::float_sum_dim(dphase, 2);
+            let s = CubeBackend::float_sum_dim(s, 0);
+            let ddelta = CubeBackend::float_reshape(s, Shape::from(vec![h * d]));
+            CubeGrads {
+                dq,
+                dk,
+                dv,
+                ddelta: Some(ddelta),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backend extension: the cube kernels behind `crate::kernels::fused::FusedAttentionBackend`
+// ---------------------------------------------------------------------------------------------
+
+use burn::backend::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::tensor::FloatTensor;
+
+use super::cpu::KernelEncoding;
+use super::fused::FusedAttentionBackend;
+
+impl CubeAttentionParams {
+    /// The cube parameters of the CPU kernels' encoding; `delta` is PoPE's phase bias
+    /// `[heads · head_dim]` (required for PoPE, ignored otherwise).
+    ///
+    /// # Panics
+    /// PoPE without `delta`.
+    pub fn from_kernel_encoding(encoding: KernelEncoding, delta: Option<CubeTensor>) -> Self {
+        let encoding = match encoding {
+            KernelEncoding::Nope => CubeEncoding::Nope,
+            KernelEncoding::Rope {
+                inv_freq,
+                layout,
+                attention_factor,
+            } => CubeEncoding::Rope {
+                inv_freq,
+                layout,
+                attention_factor,
+            },
+            KernelEncoding::Pope { theta } => CubeEncoding::Pope {
+                theta,
+                delta: delta.expect("PoPE attention needs delta"),
+            },
+            KernelEncoding::Tapa {
+                amp_dim,
+                alpha,
+                phase,
+            } => CubeEncoding::Tapa {
+                amp_dim,
+                alpha,
+                phase,
+            },
+        };
+        Self::new(encoding)
+    }
+}
+
+/// The CubeCL backends the extension is implemented for: burn's unfused [`CubeBackend`], and
+/// (feature `fusion`, which `cuda` turns on) `Fusion<CubeBackend>`, whose tensors are resolved to
+/// [`CubeTensor`]s before the kernels run and registered back afterwards (eager: the fusion
+/// stream is drained at each call).
+pub trait CubePrimitives: burn::backend::Backend {
+    /// The device tensor behind a float primitive of this backend.
+    fn to_cube(t: FloatTensor<Self>) -> CubeTensor;
+    /// A float primitive of this backend holding `t`.
+    fn from_cube(t: CubeTensor) -> FloatTensor<Self>;
+}
+
+impl CubePrimitives for CubeBackend {
+    fn to_cube(t: FloatTensor<Self>) -> CubeTensor {
+        t
+    }
+    fn from_cube(t: CubeTensor) -> FloatTensor<Self> {
+        t
+    }
+}
+
+#[cfg(feature = "fusion")]
+impl CubePrimitives for burn::backend::fusion::Fusion<CubeBackend> {
+    fn to_cube(t: FloatTensor<Self>) -> CubeTensor {
+        let client = t.client.clone();
+        client.resolve_tensor_float::<CubeBackend>(t)
+    }
+    fn from_cube(t: CubeTensor) -> FloatTensor<Self> {
+        use burn::backend::StreamId;
+        use burn::backend::fusion::{NoOp, get_client};
+        use burn::backend::ir::{BackendIr, InitOperationIr, OperationIr, OperationOutput};
+        let client = get_client::<CubeBackend>(&t.device);
+        let (shape, dtype) = (t.shape(), t.dtype);
+        let handle = CubeBackend::float_tensor_handle(t);
+        let desc = InitOperationIr::create(shape, dtype, || client.register_tensor_handle(handle));
+        client
+            .register(
+                StreamId::current(),
+                OperationIr::Init(desc),
+                NoOp::<CubeBackend>::new(),
+            )
+            .output()
+    }
+}
+
+fn plain_attention<B: CubePrimitives>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    params: &CubeAttentionParams,
+) -> FloatTensor<B> {
+    let (out, _) = forward(B::to_cube(q), B::to_cube(k), B::to_cube(v), params);
+    B::from_cube(out)
+}
+
+macro_rules! impl_plain_extension {
+    ($backend:ty) => {
+        impl FusedAttentionBackend for $backend {
+            fn fused_attention(
+                q: FloatTensor<Self>,
+                k: FloatTensor<Self>,
+                v: FloatTensor<Self>,
+                encoding: KernelEncoding,
+            ) -> FloatTensor<Self> {
+                let params = CubeAttentionParams::from_kernel_encoding(encoding, None);
+                plain_attention::<Self>(q, k, v, &params)
+            }
+
+            fn fused_pope_attention(
+                q: FloatTensor<Self>,
+                k: FloatTensor<Self>,
+                v: FloatTensor<Self>,
+                delta: FloatTensor<Self>,
+                theta: Vec<f64>,
+            ) -> FloatTensor<Self> {
+                let params = CubeAttentionParams::from_kernel_encoding(
+                    KernelEncoding::Pope { theta },
+                    Some(<Self as CubePrimitives>::to_cube(delta)),
+                );
+                plain_attention::<Self>(q, k, v, &params)
+            }
+        }
+    };
+}
+
+impl_plain_extension!(CubeBackend);
+#[cfg(feature = "fusion")]
+impl_plain_extension!(burn::backend::fusion::Fusion<CubeBackend>);
+
+/// What the cube backward needs: inputs, output and log-sum-exp (device tensors, shared).
+#[derive(Clone, Debug)]
+struct CubeSaved {
+    q: CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    out: CubeTensor,
+    lse: CubeTensor,
+    params: CubeAttentionParams,
+}
+
+/// The registered backward of the cube attention on backend `B` (`N` = 3 parents q, k, v, or 4
+/// with PoPE's δ).
+struct CubeAttentionBackward<B>(core::marker::PhantomData<B>);
+
+impl<B> core::fmt::Debug for CubeAttentionBackward<B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("CubeAttentionBackward")
+    }
+}
+
+impl<B: CubePrimitives, const N: usize> Backward<B, N> for CubeAttentionBackward<B> {
+    type State = CubeSaved;
+
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let dout = B::to_cube(grads.consume::<B>(&ops.node));
+        let s = ops.state;
+        let g = backward(s.q, s.k, s.v, s.out, s.lse, dout, &s.params);
+        let mut values = vec![g.dq, g.dk, g.dv];
+        values.extend(g.ddelta);
+        for (node, grad) in ops.parents.into_iter().zip(values) {
+            if let Some(node) = node {
+                grads.register::<B>(node.id, B::from_cube(grad));
+            }
+        }
+    }
+}
+
+fn autodiff_attention<B: CubePrimitives, C: CheckpointStrategy, const N: usize>(
+    inputs: [FloatTensor<Autodiff<B, C>>; N],
+    params: CubeAttentionParams,
+) -> FloatTensor<Autodiff<B, C>> {
+    let nodes = inputs.each_ref().map(|t| t.node());
+    let [q, k, v] = [0, 1, 2].map(|i| B::to_cube(inputs[i].primitive().clone()));
+    match CubeAttentionBackward::<B>(core::marker::PhantomData)
+        .prepare::<C>(nodes)
+        .compute_bound()
+        .stateful()
+    {
+        OpsKind::Tracked(prep) => {
+            let (out, lse) = forward(q.clone(), k.clone(), v.clone(), &params);
+            let saved = CubeSaved {
+                q,
+                k,
+                v,
+                out: out.clone(),
+                lse,
+                params,
+            };
+            prep.finish(saved, B::from_cube(out))
+        }
+        OpsKind::UnTracked(prep) => {
+            let (out, _) = forward(q, k, v, &params);
+            prep.finish(B::from_cube(out))
+        }
+    }
+}
+
+macro_rules! impl_autodiff_extension {
+    ($backend:ty) => {
+        impl<C: CheckpointStrategy> FusedAttentionBackend for Autodiff<$backend, C> {
+            fn fused_attention(
+                q: FloatTensor<Self>,
+                k: FloatTensor<Self>,
+                v: FloatTensor<Self>,
+                encoding: KernelEncoding,
+            ) -> FloatTensor<Self> {
+                let params = CubeAttentionParams::from_kernel_encoding(encoding, None);
+                autodiff_attention::<$backend, C, 3>([q, k, v], params)
+            }
+
+            fn fused_pope_attention(
+                q: FloatTensor<Self>,
+                k: FloatTensor<Self>,
+                v: FloatTensor<Self>,
+                delta: FloatTensor<Self>,
+                theta: Vec<f64>,
+            ) -> FloatTensor<Self> {
+                let params = CubeAttentionParams::from_kernel_encoding(
+                    KernelEncoding::Pope { theta },
+                    Some(<$backend as CubePrimitives>::to_cube(
+                        delta.primitive().clone(),
+                    )),
+                );
+                autodiff_attention::<$backend, C, 4>([q, k, v, delta], params)
+            }
+        }
+    };
+}
+
+impl_autodiff_extension!(CubeBackend);
+#[cfg(feature = "fusion")]
+impl_autodiff_extension!(burn::backend::fusion::Fusion<CubeBackend>);
