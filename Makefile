@@ -4,7 +4,7 @@ PYTHON ?= python3
 PRESET ?= quick
 THREADS ?= 2
 
-.PHONY: test test-wgpu test-wgpu-fusion build sweep bench bench-torch bench-gpu fmt clean-results help
+.PHONY: test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help
 
 help:
 	@echo "make test           install the test's Python deps (polars), then cargo test --release"
@@ -14,6 +14,7 @@ help:
 	@echo "make bench-torch    the quick model's training step: lab vs PyTorch eager, same threads (needs pip install torch)"
 	@echo "make build          cargo build --release"
 	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu (lavapipe without a GPU)"
+	@echo "make check-cuda     type-check the cuda feature without a GPU (skips cubecl-llvm's LLVM download)"
 	@echo "make bench-gpu      NVIDIA machine: cube kernels vs PyTorch SDPA / FlexAttention (bench/gpu.sh)"
 
 build:
@@ -35,6 +36,12 @@ test-wgpu-fusion:
 
 bench-gpu:
 	bash bench/gpu.sh
+
+# Type-check the CUDA build without a GPU or toolkit. DOCS_RS=1 makes cubecl-llvm's build script
+# skip downloading its LLVM bundle (this machine has no network beyond the package registries);
+# a real `--features cuda` build needs that download once.
+check-cuda:
+	DOCS_RS=1 $(CARGO) check -p lab --features cuda --all-targets
 
 sweep: build
 	./target/release/lab sweep block-width --preset $(PRESET)
