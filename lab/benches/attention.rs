@@ -9,6 +9,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use lab::kernels::cpu::{KernelEncoding, Shape4, flash_backward, flash_forward};
@@ -169,6 +170,23 @@ impl Case {
 
     fn reference(&self, backward: bool) {
         let l = self.l;
+        if !backward {
+            // Forward only: the plain backend (no autodiff graph), as in evaluation.
+            let device = self.device.clone().inner();
+            let pos = self.pos.clone().valid();
+            let t = |x: &Vec<f32>| {
+                Tensor::<4>::from_data(TensorData::new(x.clone(), [B, H, l, D]), &device)
+            };
+            let out = causal_attention(
+                &pos,
+                t(&self.q),
+                t(&self.k),
+                t(&self.v),
+                &causal_mask(l, &device),
+            );
+            black_box(out.into_data());
+            return;
+        }
         let device = &self.device;
         let t = |x: &Vec<f32>| {
             Tensor::<4>::from_data(TensorData::new(x.clone(), [B, H, l, D]), device).require_grad()
@@ -176,13 +194,9 @@ impl Case {
         let (tq, tk, tv) = (t(&self.q), t(&self.k), t(&self.v));
         let mask = causal_mask(l, device);
         let out = causal_attention(&self.pos, tq.clone(), tk, tv, &mask);
-        if backward {
-            let tg = Tensor::<4>::from_data(TensorData::new(self.g.clone(), [B, H, l, D]), device);
-            let grads = (out * tg).sum().backward();
-            black_box(tq.grad(&grads).unwrap().into_data());
-        } else {
-            black_box(out.into_data());
-        }
+        let tg = Tensor::<4>::from_data(TensorData::new(self.g.clone(), [B, H, l, D]), device);
+        let grads = (out * tg).sum().backward();
+        black_box(tq.grad(&grads).unwrap().into_data());
     }
 }
 
