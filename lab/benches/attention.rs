@@ -94,31 +94,8 @@ impl Case {
         };
         let device = Device::flex().autodiff();
         let pos = PositionalAttention::new(&cfg, 0, &device);
-        let (enc, delta) = match &pos {
-            PositionalAttention::Nope(_) => (KernelEncoding::Nope, None),
-            PositionalAttention::Rope(r) => (
-                KernelEncoding::Rope {
-                    inv_freq: r.inv_freq.clone(),
-                    layout: r.layout,
-                    attention_factor: r.attention_factor,
-                },
-                None,
-            ),
-            PositionalAttention::Pope(p) => (
-                KernelEncoding::Pope {
-                    theta: p.theta.clone(),
-                },
-                Some(p.delta.val().into_data().try_to_vec::<f32>().unwrap()),
-            ),
-            PositionalAttention::Tapa(t) => (
-                KernelEncoding::Tapa {
-                    amp_dim: t.amp_dim,
-                    alpha: t.alpha,
-                    phase: t.phase,
-                },
-                None,
-            ),
-        };
+        let (enc, delta) = pos.kernel_encoding();
+        let delta = delta.map(|d| d.into_data().try_to_vec::<f32>().unwrap());
         Self {
             name: encoding.name(),
             l,

@@ -1075,33 +1075,13 @@ mod tests {
         }
     }
 
-    /// The kernel's encoding for a reference score function.
+    /// The kernel's encoding for a reference score function, δ on the host.
     fn kernel_encoding(pos: &PositionalAttention) -> (KernelEncoding, Option<Vec<f32>>) {
-        match pos {
-            PositionalAttention::Nope(_) => (KernelEncoding::Nope, None),
-            PositionalAttention::Rope(r) => (
-                KernelEncoding::Rope {
-                    inv_freq: r.inv_freq.clone(),
-                    layout: r.layout,
-                    attention_factor: r.attention_factor,
-                },
-                None,
-            ),
-            PositionalAttention::Pope(p) => (
-                KernelEncoding::Pope {
-                    theta: p.theta.clone(),
-                },
-                Some(p.delta.val().into_data().try_to_vec::<f32>().unwrap()),
-            ),
-            PositionalAttention::Tapa(t) => (
-                KernelEncoding::Tapa {
-                    amp_dim: t.amp_dim,
-                    alpha: t.alpha,
-                    phase: t.phase,
-                },
-                None,
-            ),
-        }
+        let (enc, delta) = pos.kernel_encoding();
+        (
+            enc,
+            delta.map(|d| d.into_data().try_to_vec::<f32>().unwrap()),
+        )
     }
 
     /// Outputs and gradients (q, k, v, PoPE's δ) against the reference (burn tensor ops +
