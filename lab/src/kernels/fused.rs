@@ -12,6 +12,7 @@
 
 use std::borrow::Cow;
 
+use burn::backend::autodiff::NodeId;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
@@ -48,12 +49,13 @@ pub trait FusedAttentionBackend: Backend {
     ) -> FloatTensor<Self>;
 }
 
-/// Contiguous f32 view of a flex tensor (borrowed when already contiguous).
-fn host(t: &FlexTensor) -> Cow<'_, [f32]> {
+/// Contiguous f32 view of a flex tensor (borrowed when already contiguous). Shared by the fused
+/// kernels of this module and [`super::pointwise`].
+pub(crate) fn host(t: &FlexTensor) -> Cow<'_, [f32]> {
     assert_eq!(
         t.dtype(),
         burn::tensor::DType::F32,
-        "fused attention needs f32 tensors, got {:?}",
+        "fused kernels need f32 tensors, got {:?}",
         t.dtype()
     );
     match t.as_slice::<f32>() {
@@ -82,7 +84,7 @@ fn shape4(t: &FlexTensor) -> Shape4 {
     }
 }
 
-fn flex(values: Vec<f32>, dims: &[usize]) -> FlexTensor {
+pub(crate) fn flex(values: Vec<f32>, dims: &[usize]) -> FlexTensor {
     FlexTensor::from_data(TensorData::new(values, dims.to_vec()))
 }
 
@@ -137,33 +139,69 @@ impl FusedAttentionBackend for Flex {
     }
 }
 
-/// What the backward needs: the inputs (shared, not copied), the output and the log-sum-exp.
+/// What the backward needs: the inputs and the output (shared, not copied) and the log-sum-exp.
 #[derive(Clone, Debug)]
 struct Saved {
     q: FlexTensor,
     k: FlexTensor,
     v: FlexTensor,
     delta: Option<FlexTensor>,
-    out: Vec<f32>,
+    out: FlexTensor,
     lse: Vec<f32>,
     shape: Shape4,
     encoding: KernelEncoding,
 }
 
 impl Saved {
-    fn grads(&self, dout: &FlexTensor) -> super::cpu::FlashGrads {
+    /// Forward on flex, keeping what the backward needs. Returns `(out, saved)`.
+    fn forward(
+        q: FlexTensor,
+        k: FlexTensor,
+        v: FlexTensor,
+        delta: Option<FlexTensor>,
+        encoding: KernelEncoding,
+    ) -> (FlexTensor, Self) {
+        let (out, lse, shape) = forward_flex(&q, &k, &v, delta.as_ref(), &encoding);
+        let out = flex(out, &dims(shape));
+        let saved = Self {
+            q,
+            k,
+            v,
+            delta,
+            out: out.clone(),
+            lse,
+            shape,
+            encoding,
+        };
+        (out, saved)
+    }
+
+    /// Run the backward for `dout` and register the gradients of the parents `ids`
+    /// (`[q, k, v]`, plus δ for PoPE).
+    fn register(&self, ids: &[Option<NodeId>], dout: &FlexTensor, grads: &mut Gradients) {
         let delta = self.delta.as_ref().map(host);
-        flash_backward(
+        let g = flash_backward(
             &host(&self.q),
             &host(&self.k),
             &host(&self.v),
             delta.as_deref(),
-            &self.out,
+            &host(&self.out),
             &self.lse,
             &host(dout),
             self.shape,
             &self.encoding,
-        )
+        );
+        let d = dims(self.shape);
+        for (id, grad) in ids.iter().zip([g.dq, g.dk, g.dv]) {
+            if let Some(id) = id {
+                grads.register::<Flex>(*id, flex(grad, &d));
+            }
+        }
+        if let Some(Some(id)) = ids.get(3) {
+            let dd = g.ddelta.expect("PoPE backward returns dδ");
+            let n = dd.len();
+            grads.register::<Flex>(*id, flex(dd, &[n]));
+        }
     }
 }
 
@@ -174,16 +212,9 @@ impl Backward<Flex, 3> for FusedBackward {
     type State = Saved;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_q, node_k, node_v] = ops.parents;
+        let ids = ops.parents.map(|p| p.map(|n| n.id));
         let dout = grads.consume::<Flex>(&ops.node);
-        let saved = ops.state;
-        let g = saved.grads(&dout);
-        let d = dims(saved.shape);
-        for (node, grad) in [(node_q, g.dq), (node_k, g.dk), (node_v, g.dv)] {
-            if let Some(node) = node {
-                grads.register::<Flex>(node.id, flex(grad, &d));
-            }
-        }
+        ops.state.register(&ids, &dout, grads);
     }
 }
 
@@ -194,21 +225,9 @@ impl Backward<Flex, 4> for FusedPopeBackward {
     type State = Saved;
 
     fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_q, node_k, node_v, node_delta] = ops.parents;
+        let ids = ops.parents.map(|p| p.map(|n| n.id));
         let dout = grads.consume::<Flex>(&ops.node);
-        let saved = ops.state;
-        let g = saved.grads(&dout);
-        let d = dims(saved.shape);
-        for (node, grad) in [(node_q, g.dq), (node_k, g.dk), (node_v, g.dv)] {
-            if let Some(node) = node {
-                grads.register::<Flex>(node.id, flex(grad, &d));
-            }
-        }
-        if let Some(node) = node_delta {
-            let dd = g.ddelta.expect("PoPE backward returns dδ");
-            let n = dd.len();
-            grads.register::<Flex>(node.id, flex(dd, &[n]));
-        }
+        ops.state.register(&ids, &dout, grads);
     }
 }
 
@@ -225,24 +244,14 @@ impl<C: CheckpointStrategy> FusedAttentionBackend for Autodiff<Flex, C> {
             .stateful()
         {
             OpsKind::Tracked(prep) => {
-                let (qp, kp, vp) = (
+                let (out, saved) = Saved::forward(
                     q.primitive().clone(),
                     k.primitive().clone(),
                     v.primitive().clone(),
-                );
-                let (out, lse, shape) = forward_flex(&qp, &kp, &vp, None, &encoding);
-                let output = flex(out.clone(), &dims(shape));
-                let saved = Saved {
-                    q: qp,
-                    k: kp,
-                    v: vp,
-                    delta: None,
-                    out,
-                    lse,
-                    shape,
+                    None,
                     encoding,
-                };
-                prep.finish(saved, output)
+                );
+                prep.finish(saved, out)
             }
             OpsKind::UnTracked(prep) => {
                 let (out, _, shape) =
@@ -266,25 +275,14 @@ impl<C: CheckpointStrategy> FusedAttentionBackend for Autodiff<Flex, C> {
             .stateful()
         {
             OpsKind::Tracked(prep) => {
-                let (qp, kp, vp) = (
+                let (out, saved) = Saved::forward(
                     q.primitive().clone(),
                     k.primitive().clone(),
                     v.primitive().clone(),
-                );
-                let dp = delta.primitive().clone();
-                let (out, lse, shape) = forward_flex(&qp, &kp, &vp, Some(&dp), &encoding);
-                let output = flex(out.clone(), &dims(shape));
-                let saved = Saved {
-                    q: qp,
-                    k: kp,
-                    v: vp,
-                    delta: Some(dp),
-                    out,
-                    lse,
-                    shape,
+                    Some(delta.primitive().clone()),
                     encoding,
-                };
-                prep.finish(saved, output)
+                );
+                prep.finish(saved, out)
             }
             OpsKind::UnTracked(prep) => {
                 let (out, _, shape) = forward_flex(

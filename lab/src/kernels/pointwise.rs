@@ -11,8 +11,6 @@
 //!
 //! Tensors are f32, contiguous after conversion; work is split over rows with rayon.
 
-use std::borrow::Cow;
-
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
@@ -20,10 +18,11 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Flex, backend_extension};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::Tensor;
 use rayon::prelude::*;
 
 use super::cpu::exp_approx;
+use super::fused::{flex, host};
 
 /// RMSNorm's ε.
 pub const RMS_EPS: f32 = 1e-6;
@@ -190,29 +189,8 @@ pub trait FusedPointwiseBackend: Backend {
     fn fused_rms_norm(x: FloatTensor<Self>, gain: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
-fn host(t: &FlexTensor) -> Cow<'_, [f32]> {
-    assert_eq!(
-        t.dtype(),
-        burn::tensor::DType::F32,
-        "fused ops need f32 tensors, got {:?}",
-        t.dtype()
-    );
-    match t.as_slice::<f32>() {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(
-            t.to_contiguous()
-                .as_slice::<f32>()
-                .expect("contiguous")
-                .to_vec(),
-        ),
-    }
-}
-
 fn like(values: Vec<f32>, t: &FlexTensor) -> FlexTensor {
-    FlexTensor::from_data(TensorData::new(
-        values,
-        t.layout().shape().as_slice().to_vec(),
-    ))
+    flex(values, t.layout().shape().as_slice())
 }
 
 impl FusedPointwiseBackend for Flex {
@@ -322,7 +300,7 @@ pub fn rms_norm<const D: usize>(x: Tensor<D>, gain: Tensor<1>) -> Tensor<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use burn::tensor::Device;
+    use burn::tensor::{Device, TensorData};
     use rand::{Rng, SeedableRng};
 
     fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
