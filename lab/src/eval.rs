@@ -115,20 +115,14 @@ pub fn eval_checkpoint(
         .filter(|p| p.file_name().is_some_and(|n| n == "runs"))
     {
         let sweep_dir = runs.parent().unwrap_or(Path::new("."));
-        let mut files: Vec<PathBuf> = std::fs::read_dir(runs)
+        let mut run_dirs: Vec<PathBuf> = std::fs::read_dir(runs)
             .into_iter()
             .flatten()
             .flatten()
-            .flat_map(|run| {
-                std::fs::read_dir(run.path().join("evals"))
-                    .into_iter()
-                    .flatten()
-                    .flatten()
-            })
             .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
             .collect();
-        files.sort();
+        run_dirs.sort();
+        let files = eval_files(&run_dirs);
         results::merge_tables(&files, &sweep_dir.join("evals.parquet"))?;
     }
     Ok(out)
@@ -197,6 +191,24 @@ pub fn write_eval(
         &table,
     )?;
     Ok(())
+}
+
+/// Every `<run dir>/evals/*.parquet` of `run_dirs`, in run order, sorted within a run.
+pub fn eval_files(run_dirs: &[PathBuf]) -> Vec<PathBuf> {
+    run_dirs
+        .iter()
+        .flat_map(|d| {
+            let mut f: Vec<PathBuf> = std::fs::read_dir(d.join("evals"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
+                .collect();
+            f.sort();
+            f
+        })
+        .collect()
 }
 
 fn checkpoint_dir(path: &Path) -> PathBuf {

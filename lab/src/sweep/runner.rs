@@ -506,20 +506,7 @@ pub fn collect(
                 .collect(),
         );
     }
-    let eval_files: Vec<PathBuf> = run_dirs
-        .iter()
-        .flat_map(|d| {
-            let mut f: Vec<PathBuf> = std::fs::read_dir(d.join("evals"))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "parquet"))
-                .collect();
-            f.sort();
-            f
-        })
-        .collect();
+    let eval_files = crate::eval::eval_files(&run_dirs);
     if !eval_files.is_empty() {
         parts.insert("evals", eval_files);
     }
