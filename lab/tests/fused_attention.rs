@@ -153,8 +153,9 @@ fn fused_attention_is_causal() {
     }
 }
 
-/// Same config and seed → bit-identical training with the fused kernel (each head is computed
-/// by one thread, in a fixed order, so the thread count does not change the sums).
+/// Same config, seed and thread count → bit-identical training with the fused kernels (each
+/// head's attention is computed by one thread in a fixed order). Across thread counts the
+/// matrix products may sum in another order; that is not claimed here.
 #[test]
 fn fused_training_is_deterministic() {
     let cfg: RunConfig = serde_json::from_value(serde_json::json!({
