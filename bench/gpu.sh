@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One command on an NVIDIA machine: the lab's CubeCL attention kernels (lab/src/kernels/cube.rs, f32)
 # against PyTorch's scaled_dot_product_attention (FlashAttention) and FlexAttention versions of PoPE and
-# TAPA, forward and forward+backward, at seq 1024, 4096 and 16384, in bf16 and f32 for PyTorch.
+# TAPA, forward and forward+backward, at seq 1024, 4096 and 16384, in bf16 and f32 for PyTorch; then
+# the quick model's whole training step on CUDA (`lab bench train-step --backend cuda`) against the
+# same model in PyTorch eager on the same GPU (bench/torch_baseline.py --device cuda).
 #
 #   bash bench/gpu.sh            (or: make bench-gpu)
 #
@@ -9,9 +11,9 @@
 # build), network access on the first build (cubecl-cuda 0.11.3 depends on cubecl-llvm, whose build
 # script downloads an LLVM bundle into ~/.local/share/tracel), Rust, and a CUDA build of
 # PyTorch >= 2.5 (FlexAttention) for the baselines. Writes
-# results/bench/gpu/{gpu.txt,cube.jsonl,torch.jsonl,ratios.txt}.
+# results/bench/gpu/{gpu.txt,cube.jsonl,torch.jsonl,ratios.txt,train-step-lab.json,train-step-torch.jsonl}.
 #
-# Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON.
+# Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET.
 # Written without access to a GPU: check the first run's output (errors are recorded per case, not fatal).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,3 +47,13 @@ echo "== PyTorch: SDPA (nope, rope) and FlexAttention (pope, tapa, tapa-linear),
 rm -f "$OUT/torch.jsonl"
 "$PYTHON" bench/gpu_attention.py --device cuda --dtypes bf16,f32 --encodings "$ENCODINGS" "${shape[@]}" \
     --out "$OUT/torch.jsonl" --cube "$OUT/cube.jsonl" | tee "$OUT/ratios.txt"
+
+echo "== training step of the quick model: lab on CUDA vs PyTorch eager on the same GPU"
+cargo build --release -p lab --features cuda
+for attention in fused reference; do
+    ./target/release/lab bench train-step --preset "${PRESET:-quick}" --backend cuda --attention "$attention" \
+        > "$OUT/train-step-lab-$attention.json" || echo "lab train-step ($attention) failed"
+    cat "$OUT/train-step-lab-$attention.json"
+done
+cp "$OUT/train-step-lab-fused.json" "$OUT/train-step-lab.json"
+"$PYTHON" bench/torch_baseline.py --shape "$OUT/train-step-lab.json" --device cuda | tee "$OUT/train-step-torch.jsonl"

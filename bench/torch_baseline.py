@@ -14,6 +14,9 @@ and `sdpa` (torch.nn.functional.scaled_dot_product_attention, PyTorch's fused CP
 Usage:
   lab bench train-step --preset quick --threads 2 > lab.json
   python3 bench/torch_baseline.py --shape lab.json [--steps 30] [--warmup 5]
+  # on an NVIDIA machine (bench/gpu.sh): lab built with --features cuda
+  lab bench train-step --preset quick --backend cuda > lab-cuda.json
+  python3 bench/torch_baseline.py --shape lab-cuda.json --device cuda
 Prints one JSON object per attention kind and the lab/PyTorch ratio. PyTorch is needed for this benchmark only
 (pip install torch); the tests do not use it.
 """
@@ -91,9 +94,14 @@ class Model(nn.Module):
         return self.head(rms_norm(x, self.final_norm))
 
 
-def bench(s, attention, steps, warmup):
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bench(s, attention, steps, warmup, device):
     torch.manual_seed(0)
-    model = Model(s, attention)
+    model = Model(s, attention).to(device)
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     opt = torch.optim.AdamW(
@@ -103,8 +111,10 @@ def bench(s, attention, steps, warmup):
     g = torch.Generator().manual_seed(1)
     data = [(torch.randint(0, v, (b, l), generator=g), torch.randint(0, v, (b, l), generator=g),
              (torch.rand(b, l, generator=g) > 0.1).float()) for _ in range(warmup + steps)]
+    data = [tuple(t.to(device) for t in batch) for batch in data]
     times = []
     for i, (inp, tgt, mask) in enumerate(data):
+        sync(device)
         t0 = time.perf_counter()
         logits = model(inp)
         nll = F.cross_entropy(logits.view(-1, v), tgt.view(-1), reduction="none")
@@ -113,10 +123,14 @@ def bench(s, attention, steps, warmup):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), s["grad_clip"])
         opt.step()
+        # The lab reads the loss and the gradient norm back every step; so does this loop.
+        loss.item()
+        sync(device)
         if i >= warmup:
             times.append((time.perf_counter() - t0) * 1e3)
     ms = statistics.median(times)
     return {"framework": "pytorch", "torch": torch.__version__, "attention": attention, "threads": torch.get_num_threads(),
+            "device": str(device),
             "ms_per_step": ms, "tokens_per_s": b * l / (ms / 1e3), "steps": steps}
 
 
@@ -125,14 +139,18 @@ def main():
     ap.add_argument("--shape", required=True, help="JSON printed by `lab bench train-step`")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda (bench/gpu.sh)")
     args = ap.parse_args()
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: this PyTorch build sees no CUDA device")
     with open(args.shape) as f:
         s = json.load(f)
     if s.get("encoding") != "rope" or s.get("pair_layout") != "adjacent":
         sys.exit("this baseline implements RoPE with adjacent pairs only")
     torch.set_num_threads(int(s["threads"]))
     for attention in ("manual", "sdpa"):
-        r = bench(s, attention, args.steps, args.warmup)
+        r = bench(s, attention, args.steps, args.warmup, device)
         r["lab_ms_per_step"] = s["ms_per_step"]
         r["lab_over_pytorch"] = s["ms_per_step"] / r["ms_per_step"]
         print(json.dumps(r))

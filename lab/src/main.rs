@@ -93,6 +93,9 @@ enum Cmd {
         /// Override a config field for the evaluation data, key=value (repeatable), e.g. block_len=32.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
+        /// Compute backend.
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
     },
     /// Benchmarks.
     Bench {
@@ -154,6 +157,9 @@ enum BenchCmd {
         /// Untimed warm-up steps.
         #[arg(long, default_value_t = 5)]
         warmup: usize,
+        /// Compute backend (`wgpu` and `cuda` need the cargo features of the same names).
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
     },
 }
 
@@ -309,6 +315,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     threads,
                     steps,
                     warmup,
+                    backend,
                 },
         } => {
             let threads = threads.unwrap_or_else(|| {
@@ -331,7 +338,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 AttentionArg::Fused => lab::model::AttentionKernel::Fused,
                 AttentionArg::Reference => lab::model::AttentionKernel::Reference,
             };
-            let b = lab::train::bench_train_step(&cfg, warmup, steps, &Backend::Cpu.device());
+            let b = lab::train::bench_train_step(&cfg, warmup, steps, &backend.device()?);
             println!(
                 "{}",
                 serde_json::json!({
@@ -341,7 +348,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     "d_ff": cfg.d_ff, "seq_len": cfg.seq_len, "batch": cfg.batch_size,
                     "vocab": cfg.vocab_size, "encoding": cfg.encoding, "pair_layout": cfg.pair_layout,
                     "rope_base": cfg.rope_base, "mlp": "gelu", "norm": "rmsnorm",
-                    "attention": cfg.attention.name(), "backend": "flex",
+                    "attention": cfg.attention.name(), "backend": backend.name(),
                     "lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "adam_eps": cfg.adam_eps,
                     "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip,
                 })
@@ -382,6 +389,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             seq_len,
             scaling,
             overrides,
+            backend,
         } => {
             let req = lab::eval::EvalRequest {
                 seq_len,
@@ -389,7 +397,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 overrides,
                 name: "adhoc".to_string(),
             };
-            let out = lab::eval::eval_checkpoint(&checkpoint, &req, &Backend::Cpu.device())?;
+            let out = lab::eval::eval_checkpoint(&checkpoint, &req, &backend.device()?)?;
             println!(
                 "{}",
                 serde_json::json!({

@@ -14,3 +14,24 @@ pub mod fused;
 pub mod pointwise;
 
 pub use fused::positional_attention;
+
+/// Whether `device` (autodiff or not) is burn-flex, the CPU backend of the Rust kernels in
+/// [`cpu`] and [`pointwise`]. The attention extension also has CubeCL implementations (features
+/// `wgpu`, `cuda`); the fused RMSNorm/GELU exist for flex only.
+pub fn is_flex(device: &burn::tensor::Device) -> bool {
+    matches!(
+        device.clone().inner().as_dispatch(),
+        burn::backend::DispatchDevice::Flex(_)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::Device;
+
+    #[test]
+    fn flex_is_recognised_through_autodiff() {
+        assert!(super::is_flex(&Device::flex()));
+        assert!(super::is_flex(&Device::flex().autodiff()));
+    }
+}

@@ -329,9 +329,16 @@ impl Block {
         qk: Option<&mut Vec<LayerQk>>,
     ) -> Tensor<3> {
         let [b, l, d] = x.dims();
-        let norm = |x: Tensor<3>, gain: &Param<Tensor<1>>| match self.kernel {
-            AttentionKernel::Fused => crate::kernels::pointwise::rms_norm(x, gain.val()),
-            AttentionKernel::Reference => rms_norm(x, gain),
+        // The fused RMSNorm/GELU are Rust (flex) kernels; on CubeCL devices burn's fusion already
+        // fuses these element-wise chains, so the tensor-op versions are used there.
+        let pointwise =
+            self.kernel == AttentionKernel::Fused && crate::kernels::is_flex(&x.device());
+        let norm = |x: Tensor<3>, gain: &Param<Tensor<1>>| {
+            if pointwise {
+                crate::kernels::pointwise::rms_norm(x, gain.val())
+            } else {
+                rms_norm(x, gain)
+            }
         };
         let h = norm(x.clone(), &self.attn_norm);
         let q = self.split_heads(linear(h.clone(), &self.wq));
@@ -354,9 +361,10 @@ impl Block {
         let x = x + linear(out, &self.wo);
         let h = norm(x.clone(), &self.mlp_norm);
         let h = linear(h, &self.w_in);
-        let h = match self.kernel {
-            AttentionKernel::Fused => crate::kernels::pointwise::gelu(h),
-            AttentionKernel::Reference => gelu(h),
+        let h = if pointwise {
+            crate::kernels::pointwise::gelu(h)
+        } else {
+            gelu(h)
         };
         x + linear(h, &self.w_out)
     }
@@ -479,9 +487,10 @@ impl Transformer {
         for block in &self.blocks {
             x = block.forward(x, &mask, qk.as_deref_mut());
         }
-        let x = match self.kernel {
-            AttentionKernel::Fused => crate::kernels::pointwise::rms_norm(x, self.final_norm.val()),
-            AttentionKernel::Reference => rms_norm(x, &self.final_norm),
+        let x = if self.kernel == AttentionKernel::Fused && crate::kernels::is_flex(&device) {
+            crate::kernels::pointwise::rms_norm(x, self.final_norm.val())
+        } else {
+            rms_norm(x, &self.final_norm)
         };
         linear(x, &self.lm_head)
     }

@@ -29,10 +29,20 @@ use crate::results::{self, ResultsError, column};
 use crate::train::{self, RunStatus, TrainOutcome};
 
 /// Where a sweep runs.
+///
+/// `wgpu` and `cuda` exist in every build so that `--backend cuda` on a CPU-only build gets a clear
+/// error instead of an unknown value; they need the cargo features of the same names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
-    /// burn-flex on the CPU (SIMD, rayon).
+    /// burn-flex on the CPU (SIMD, rayon), with the Rust fused kernels (`kernels::cpu`,
+    /// `kernels::pointwise`).
     Cpu,
+    /// burn's CubeCL backend on wgpu (Vulkan; Mesa lavapipe runs it on the CPU), with the CubeCL
+    /// attention kernels (`kernels::cube`). Needs the cargo feature `wgpu`.
+    Wgpu,
+    /// burn's CubeCL backend on CUDA device 0, with fusion, autotune and the CubeCL attention
+    /// kernels. Needs the cargo feature `cuda`.
+    Cuda,
 }
 
 impl Backend {
@@ -40,14 +50,46 @@ impl Backend {
     pub fn name(self) -> &'static str {
         match self {
             Backend::Cpu => "cpu",
+            Backend::Wgpu => "wgpu",
+            Backend::Cuda => "cuda",
         }
     }
 
-    /// The burn device.
-    pub fn device(self) -> burn::tensor::Device {
+    /// The burn device (not autodiff; training wraps it).
+    ///
+    /// # Errors
+    /// [`SweepError::Backend`] when the backend's cargo feature was not compiled in.
+    pub fn device(self) -> Result<burn::tensor::Device, SweepError> {
         match self {
-            Backend::Cpu => burn::tensor::Device::flex(),
+            Backend::Cpu => Ok(burn::tensor::Device::flex()),
+            #[cfg(feature = "wgpu")]
+            Backend::Wgpu => Ok(burn::tensor::Device::wgpu(
+                burn::tensor::DeviceKind::DefaultDevice,
+            )),
+            #[cfg(feature = "cuda")]
+            Backend::Cuda => Ok(burn::tensor::Device::cuda(0)),
+            #[allow(unreachable_patterns)]
+            other => Err(SweepError::Backend(format!(
+                "backend = {} needs the cargo feature `{}`: rebuild with `cargo build --release --features {}` \
+                 (allowed in this build: {})",
+                other.name(),
+                other.name(),
+                other.name(),
+                Backend::available().join(", ")
+            ))),
         }
+    }
+
+    /// Names of the backends compiled into this build.
+    pub fn available() -> Vec<&'static str> {
+        let mut names = vec!["cpu"];
+        if cfg!(feature = "wgpu") {
+            names.push("wgpu");
+        }
+        if cfg!(feature = "cuda") {
+            names.push("cuda");
+        }
+        names
     }
 }
 
@@ -66,6 +108,9 @@ pub enum SweepError {
     /// An evaluation after training.
     #[error("evaluation: {0}")]
     Eval(String),
+    /// A backend that is not compiled into this build.
+    #[error("{0}")]
+    Backend(String),
     /// Other I/O, with context.
     #[error("{context}: {source}")]
     Io {
@@ -139,12 +184,13 @@ pub fn run_one(
 ) -> Result<TrainOutcome, SweepError> {
     std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;
     results::clean_temporaries(dir);
-    let (mut out, model) = train::train(cfg, &backend.device(), progress);
+    let device = backend.device()?;
+    let (mut out, model) = train::train(cfg, &device, progress);
     crate::checkpoint::save(&model, cfg, dir)?;
     if cfg.task == crate::config::TaskKind::Igsm && out.status == RunStatus::Done {
         let n = (cfg.eval_batches * cfg.batch_size).min(256);
         let t0 = Instant::now();
-        let g = crate::decode::igsm_generation(&model, cfg, &backend.device(), n);
+        let g = crate::decode::igsm_generation(&model, cfg, &device, n);
         eprintln!(
             "greedy decoding of {n} held-out problems: answer accuracy {:.3}, valid solutions {:.3} ({:.1} s)",
             g.answer_accuracy,
@@ -212,7 +258,7 @@ fn run_evals(
     backend: Backend,
     evals: &[EvalSpec],
 ) -> Result<(), SweepError> {
-    let device = backend.device();
+    let device = backend.device()?;
     let (train_cfg, model) = crate::checkpoint::load(dir, &device)?;
     for req in eval_requests(cfg, evals) {
         let (out, scaling) = crate::eval::eval_model(&train_cfg, model.clone(), &req, &device)
@@ -275,6 +321,8 @@ fn short_label(run: &PlannedRun) -> String {
 /// Run a sweep (see module docs). Finished runs are skipped; the merged tables, the fit and the
 /// summary cover every finished run of the preset's grid.
 pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, SweepError> {
+    // A backend missing from this build fails here, once, not in every child run.
+    opts.backend.device()?;
     let start = Instant::now();
     let plan = spec.expand(&opts.preset)?;
     let out_dir = &opts.out_dir;
@@ -682,6 +730,24 @@ mod tests {
             evals: Vec<EvalSpec>,
         }
         toml::from_str::<F>(toml_text).unwrap().evals
+    }
+
+    #[test]
+    fn backends_missing_from_the_build_are_a_one_line_error() {
+        assert!(Backend::Cpu.device().is_ok());
+        assert_eq!(Backend::available()[0], "cpu");
+        if !cfg!(feature = "cuda") {
+            let msg = Backend::Cuda.device().unwrap_err().to_string();
+            assert!(
+                msg.starts_with("backend = cuda needs the cargo feature `cuda`"),
+                "{msg}"
+            );
+            assert!(!msg.contains('\n'), "{msg}");
+        }
+        if !cfg!(feature = "wgpu") {
+            let msg = Backend::Wgpu.device().unwrap_err().to_string();
+            assert!(msg.contains("--features wgpu"), "{msg}");
+        }
     }
 
     #[test]
