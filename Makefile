@@ -4,7 +4,11 @@ PYTHON ?= python3
 PRESET ?= quick
 THREADS ?= 2
 
-.PHONY: test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help
+# Sweeps with figures, in the order `make reproduce` runs them (mi-profiles joins when it lands).
+SWEEPS ?= block-width indirect-indexing pi-self-similarity length-extrapolation igsm-ops
+LAB ?= ./target/release/lab
+
+.PHONY: test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data
 
 help:
 	@echo "make test           install the test's Python deps (polars), then cargo test --release"
@@ -13,6 +17,10 @@ help:
 	@echo "                    seq 128/512/2048, peak memory), then the training step fused vs reference"
 	@echo "make bench-torch    the quick model's training step: lab vs PyTorch eager, same threads (needs pip install torch)"
 	@echo "make build          cargo build --release"
+	@echo "make figures        lab plot for every sweep in results/ (no training): results/<sweep>/figures/*.png|svg"
+	@echo "make reproduce      every sweep at \$$PRESET (default quick), then every figure (~45 min on 2 cores)"
+	@echo "make notebooks      execute notebooks/<sweep>.ipynb against results/<sweep> (pip install -r notebooks/requirements.txt)"
+	@echo "make data           nothing to download: every task is generated from its seed (tasks crate)"
 	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu (lavapipe without a GPU)"
 	@echo "make check-cuda     type-check the cuda feature without a GPU (skips cubecl-llvm's LLVM download)"
 	@echo "make bench-gpu      NVIDIA machine: cube kernels vs PyTorch SDPA / FlexAttention (bench/gpu.sh)"
@@ -57,6 +65,30 @@ bench-torch: build
 	./target/release/lab bench train-step --preset $(PRESET) --threads $(THREADS) > results/bench/lab-train-step.json
 	cat results/bench/lab-train-step.json
 	$(PYTHON) bench/torch_baseline.py --shape results/bench/lab-train-step.json
+
+# Figures from the results already on disk; sweeps without results are skipped with a note.
+figures: build
+	@for s in $(SWEEPS) mi-profiles; do \
+		if [ -d results/$$s ]; then $(LAB) plot $$s || exit 1; \
+		else echo "skip $$s: no results/$$s (run: $(LAB) sweep $$s)"; fi; \
+	done
+
+# Every sweep at $(PRESET), then every figure. Finished runs are skipped, so an interrupted
+# reproduce resumes where it stopped.
+reproduce: build
+	@for s in $(SWEEPS); do $(LAB) sweep $$s --preset $(PRESET) || exit 1; done
+	$(MAKE) figures
+
+notebooks:
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r notebooks/requirements.txt
+	@for s in $(SWEEPS); do \
+		if [ -f results/$$s/runs.parquet ]; then $(PYTHON) notebooks/execute.py notebooks/$$s.ipynb results/$$s || exit 1; \
+		else echo "skip $$s: no results/$$s"; fi; \
+	done
+
+# The tasks are synthetic (generated from a seed by the tasks crate): there is no data to fetch.
+data:
+	@echo "no data to download: every task is generated from its seed (see lab gen --help)"
 
 fmt:
 	$(CARGO) fmt --all

@@ -6,7 +6,7 @@
 //! ([`results`]); the sweep then fits the law θ* ∝ 1/W ([`analysis`]). Trained runs are
 //! checkpoints ([`checkpoint`]) that [`eval`] evaluates at other lengths with any RoPE scaling
 //! ([`model::scaling`]); [`generate`] prints any task's examples; [`kernels`] holds the fused
-//! attention kernels.
+//! attention kernels; [`plot`] draws each sweep's figures.
 
 #![warn(missing_docs)]
 
@@ -18,6 +18,7 @@ pub mod eval;
 pub mod generate;
 pub mod kernels;
 pub mod model;
+pub mod plot;
 pub mod probe;
 pub mod results;
 pub mod sweep;

@@ -97,6 +97,20 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
     },
+    /// Draw a sweep's figures (PNG and SVG) from its tables: one figure per claim.
+    #[command(
+        after_help = "Examples:\n  lab plot block-width\n  lab plot indirect-indexing --results /tmp/ind --out /tmp/ind/figures\n\nSweeps with figures: block-width, indirect-indexing, pi-self-similarity, length-extrapolation, igsm-ops, mi-profiles.\nText uses DejaVu Sans (Debian: fonts-dejavu-core) or the font file in $LAB_FONT."
+    )]
+    Plot {
+        /// Sweep name (decides which figures).
+        sweep: String,
+        /// Folder with the sweep's tables [default: results/<SWEEP>].
+        #[arg(long)]
+        results: Option<PathBuf>,
+        /// Folder for the figures [default: <RESULTS>/figures].
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -305,6 +319,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 ExitCode::SUCCESS
             })
+        }
+        Cmd::Plot {
+            sweep: name,
+            results,
+            out,
+        } => {
+            let results = results.unwrap_or_else(|| PathBuf::from("results").join(&name));
+            let out = out.unwrap_or_else(|| results.join("figures"));
+            for f in lab::plot::plot_sweep(&name, &results, &out)? {
+                println!("{}", f.display());
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench {
             command:

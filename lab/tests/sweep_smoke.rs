@@ -20,6 +20,36 @@ fn tmp(name: &str) -> PathBuf {
     d
 }
 
+/// `lab plot SWEEP` on a smoke sweep's tables writes every figure of that sweep, PNG and SVG.
+fn check_plot(sweep: &str, out: &Path) {
+    let figs = out.join("figures");
+    let o = lab()
+        .args(["plot", sweep, "--results"])
+        .arg(out)
+        .arg("--out")
+        .arg(&figs)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "lab plot {sweep}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let (_, names) = lab::plot::SWEEP_FIGURES
+        .iter()
+        .find(|(n, _)| *n == sweep)
+        .unwrap();
+    let printed = String::from_utf8_lossy(&o.stdout);
+    for name in *names {
+        for ext in ["png", "svg"] {
+            let f = figs.join(format!("{name}.{ext}"));
+            let len = std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+            assert!(len > 2000, "{sweep}: {} missing or empty", f.display());
+            assert!(printed.contains(&f.display().to_string()), "{printed}");
+        }
+    }
+}
+
 #[test]
 fn smoke_sweep_end_to_end_and_resume() {
     let out = tmp("smoke");
@@ -77,6 +107,7 @@ fn smoke_sweep_end_to_end_and_resume() {
         String::from_utf8_lossy(&py.stdout),
         String::from_utf8_lossy(&py.stderr)
     );
+    check_plot("block-width", &out);
     check_eval_round_trip(&out);
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -348,16 +379,20 @@ fn sweep_evals_after_training() {
     );
     let again = run();
     assert!(again.contains("0 to run"), "{again}");
+    check_plot("pi-self-similarity", &out);
+    let _ = std::fs::remove_dir_all(&out);
 }
 
-/// The issue-5 sweeps run end to end at their smoke presets: every run finishes, the iGSM runs
-/// record `ops`, and length-extrapolation writes 1×/2×/4×/8× evaluations for every encoding.
+/// The issue-5 sweeps (and indirect indexing) run end to end at their smoke presets: every run
+/// finishes, the iGSM runs record `ops`, length-extrapolation writes 1×/2×/4×/8× evaluations
+/// for every encoding, and `lab plot` draws each sweep's figures.
 #[test]
 fn igsm_and_length_extrapolation_smoke_sweeps() {
     use lab::results::{column, read_parquet};
     for (sweep, runs, evals) in [
         ("igsm-ops", 4, 0),
         ("length-extrapolation", 3, 1 + 3 * 3 + 4 + 4),
+        ("indirect-indexing", 4, 0),
     ] {
         let out = tmp(sweep);
         let o = lab()
@@ -395,9 +430,11 @@ fn igsm_and_length_extrapolation_smoke_sweeps() {
                 evals,
                 "{sweep}"
             );
-        } else {
+        } else if sweep == "igsm-ops" {
             let ops: Vec<_> = b.iter().flat_map(|b| column::ints(b, "ops")).collect();
             assert_eq!(ops.iter().filter(|o| **o == Some(2)).count(), 2);
         }
+        check_plot(sweep, &out);
+        let _ = std::fs::remove_dir_all(&out);
     }
 }

@@ -95,12 +95,32 @@ pub fn fit_law(points: &[FitPoint], n_boot: usize, rng_seed: u64) -> Option<LawF
     let mut seeds: Vec<u64> = points.iter().map(|p| p.seed).collect();
     seeds.sort_unstable();
     seeds.dedup();
+    let replicates = bootstrap_fits(points, n_boot, rng_seed);
+    let mut betas: Vec<f64> = replicates.iter().map(|f| f.beta).collect();
+    let mut cs: Vec<f64> = replicates.iter().map(|f| f.c).collect();
+    Some(LawFit {
+        fit,
+        beta_ci: percentile_interval(&mut betas),
+        c_ci: percentile_interval(&mut cs),
+        n: points.len(),
+        n_seeds: seeds.len(),
+        n_boot: betas.len(),
+        resample: if seeds.len() >= 2 { "seeds" } else { "runs" },
+    })
+}
+
+/// The bootstrap replicates behind [`fit_law`]'s intervals (same resampling, same order for the
+/// same `rng_seed`): up to `n_boot` fits, degenerate draws (< 2 distinct widths) redrawn, at most
+/// `20 · n_boot` draws. `lab plot` uses them for the pointwise band around the fitted line.
+pub fn bootstrap_fits(points: &[FitPoint], n_boot: usize, rng_seed: u64) -> Vec<LogLogFit> {
+    let mut seeds: Vec<u64> = points.iter().map(|p| p.seed).collect();
+    seeds.sort_unstable();
+    seeds.dedup();
     let mut rng = ChaCha8Rng::seed_from_u64(rng_seed);
     let by_seed = seeds.len() >= 2;
-    let mut betas = Vec::with_capacity(n_boot);
-    let mut cs = Vec::with_capacity(n_boot);
+    let mut fits = Vec::with_capacity(n_boot);
     let mut attempts = 0;
-    while betas.len() < n_boot && attempts < n_boot * 20 {
+    while fits.len() < n_boot && attempts < n_boot * 20 {
         attempts += 1;
         let sample: Vec<FitPoint> = if by_seed {
             (0..seeds.len())
@@ -115,19 +135,10 @@ pub fn fit_law(points: &[FitPoint], n_boot: usize, rng_seed: u64) -> Option<LawF
                 .collect()
         };
         if let Some(f) = fit_loglog(&sample) {
-            betas.push(f.beta);
-            cs.push(f.c);
+            fits.push(f);
         }
     }
-    Some(LawFit {
-        fit,
-        beta_ci: percentile_interval(&mut betas),
-        c_ci: percentile_interval(&mut cs),
-        n: points.len(),
-        n_seeds: seeds.len(),
-        n_boot: betas.len(),
-        resample: if by_seed { "seeds" } else { "runs" },
-    })
+    fits
 }
 
 /// `(q2.5, q97.5)` by linear interpolation between order statistics; NaN when empty.

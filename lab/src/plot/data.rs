@@ -1,0 +1,755 @@
+//! The series each figure draws, computed from the sweep's tables (schemas in
+//! `results/README.md`). Pure functions of [`Table`]s, so tests feed them hand-made tables.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use arrow_array::RecordBatch;
+
+use super::PlotError;
+use crate::analysis::{FitPoint, bootstrap_fits, fit_loglog, quantile_sorted};
+use crate::results::{column, read_parquet};
+
+/// A table read back from Parquet (all its batches), with checked column access.
+#[derive(Clone, Debug)]
+pub struct Table {
+    /// Name used in error messages (the file, or a test's label).
+    pub name: String,
+    batches: Vec<RecordBatch>,
+}
+
+impl Table {
+    /// Read a whole Parquet file. A missing file is [`PlotError::MissingTable`].
+    pub fn read(path: &Path) -> Result<Self, PlotError> {
+        if !path.is_file() {
+            return Err(PlotError::MissingTable(path.to_path_buf()));
+        }
+        let (_, batches) = read_parquet(path)?;
+        Ok(Self {
+            name: path.display().to_string(),
+            batches,
+        })
+    }
+
+    /// A table from record batches (tests, or tables built in memory).
+    pub fn from_batches(name: &str, batches: Vec<RecordBatch>) -> Self {
+        Self {
+            name: name.to_string(),
+            batches,
+        }
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+
+    /// Whether the table has column `col` (an empty table has none).
+    pub fn has(&self, col: &str) -> bool {
+        self.batches
+            .first()
+            .is_some_and(|b| b.schema().column_with_name(col).is_some())
+    }
+
+    fn check(&self, col: &str) -> Result<(), PlotError> {
+        if self.rows() == 0 || self.has(col) {
+            Ok(())
+        } else {
+            Err(PlotError::MissingColumn {
+                table: self.name.clone(),
+                column: col.to_string(),
+            })
+        }
+    }
+
+    /// A utf8 column, nulls as `None`.
+    pub fn strs(&self, col: &str) -> Result<Vec<Option<String>>, PlotError> {
+        use arrow_array::{Array, LargeStringArray, StringViewArray};
+        self.check(col)?;
+        // Utf8 as the lab writes it; LargeUtf8 and Utf8View as Polars and pyarrow may.
+        Ok(self
+            .batches
+            .iter()
+            .flat_map(|b| {
+                let Some(c) = b.column_by_name(col) else {
+                    return vec![None; b.num_rows()];
+                };
+                let any = c.as_any();
+                let get = |i: usize, v: &dyn Fn(usize) -> String| c.is_valid(i).then(|| v(i));
+                if let Some(a) = any.downcast_ref::<LargeStringArray>() {
+                    (0..a.len())
+                        .map(|i| get(i, &|i| a.value(i).into()))
+                        .collect()
+                } else if let Some(a) = any.downcast_ref::<StringViewArray>() {
+                    (0..a.len())
+                        .map(|i| get(i, &|i| a.value(i).into()))
+                        .collect()
+                } else {
+                    column::strings(b, col)
+                }
+            })
+            .collect())
+    }
+
+    /// A float64 column.
+    pub fn f64s(&self, col: &str) -> Result<Vec<Option<f64>>, PlotError> {
+        self.check(col)?;
+        Ok(self
+            .batches
+            .iter()
+            .flat_map(|b| column::floats(b, col))
+            .collect())
+    }
+
+    /// An int64 column.
+    pub fn i64s(&self, col: &str) -> Result<Vec<Option<i64>>, PlotError> {
+        self.check(col)?;
+        Ok(self
+            .batches
+            .iter()
+            .flat_map(|b| column::ints(b, col))
+            .collect())
+    }
+
+    /// A boolean column (MI tables' `significant`).
+    pub fn bools(&self, col: &str) -> Result<Vec<Option<bool>>, PlotError> {
+        use arrow_array::{Array, BooleanArray};
+        self.check(col)?;
+        Ok(self
+            .batches
+            .iter()
+            .flat_map(|b| {
+                let a = b
+                    .column_by_name(col)
+                    .and_then(|c| c.as_any().downcast_ref::<BooleanArray>().cloned());
+                match a {
+                    Some(a) => (0..a.len())
+                        .map(|i| a.is_valid(i).then(|| a.value(i)))
+                        .collect::<Vec<_>>(),
+                    None => vec![None; b.num_rows()],
+                }
+            })
+            .collect())
+    }
+}
+
+/// Mean and spread of one quantity over seeds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stat {
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Smallest value.
+    pub min: f64,
+    /// Largest value.
+    pub max: f64,
+    /// The values (one per seed or run), in input order.
+    pub values: Vec<f64>,
+}
+
+impl Stat {
+    /// `None` for no values.
+    pub fn of(values: Vec<f64>) -> Option<Self> {
+        if values.is_empty() {
+            return None;
+        }
+        let mean = values.iter().sum::<f64>() / values.len() as f64;
+        let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        Some(Self {
+            mean,
+            min,
+            max,
+            values,
+        })
+    }
+}
+
+/// Encodings in the order figures list them; others follow alphabetically.
+const ENCODING_ORDER: [&str; 4] = ["rope", "pope", "tapa", "nope"];
+/// RoPE scalings in the order figures list them.
+const SCALING_ORDER: [&str; 6] = ["none", "linear", "ntk", "dynamic", "yarn", "llama3"];
+
+fn rank(order: &[&str], s: &str) -> (usize, String) {
+    (
+        order.iter().position(|o| *o == s).unwrap_or(order.len()),
+        s.to_string(),
+    )
+}
+
+/// Sort key of a series label: RoPE first (`rope`, `rope + SCALING` or a bare scaling name, in
+/// scaling order), then the other encodings in [`ENCODING_ORDER`], then anything else by name.
+fn label_rank(label: &str) -> (usize, usize, String) {
+    let (enc, sc) = match label.split_once(" + ") {
+        Some((e, s)) => (e, s),
+        None if SCALING_ORDER.contains(&label) => ("rope", label),
+        None => (label, "none"),
+    };
+    (
+        rank(&ENCODING_ORDER, enc).0,
+        rank(&SCALING_ORDER, sc).0,
+        label.to_string(),
+    )
+}
+
+/// Rows of the runs table that finished (`status = done`; tables without the column: all).
+fn done_rows(runs: &Table) -> Result<Vec<bool>, PlotError> {
+    if !runs.has("status") {
+        return Ok(vec![true; runs.rows()]);
+    }
+    Ok(runs
+        .strs("status")?
+        .into_iter()
+        .map(|s| s.as_deref() == Some("done"))
+        .collect())
+}
+
+// ---------------------------------------------------------------------------------------------
+// block-width: spectrum heatmaps
+
+/// Energy share per rotary frequency and block width for one (variant, layer): the spectrum
+/// heatmap's cells, averaged over heads and over the runs (seeds) of each width, at each run's
+/// last evaluation step.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Heatmap {
+    /// Task variant (`copy`, `recall`).
+    pub variant: String,
+    /// Layer, 0-based.
+    pub layer: i64,
+    /// Block widths `B` (tokens), ascending: the columns.
+    pub widths: Vec<i64>,
+    /// `θ_i` (radians per token) of each rotary pair `i = 0, 1, …` (descending): the rows.
+    pub thetas: Vec<f64>,
+    /// `share[i][j]`: mean `energy_frac` of pair `i` at width `widths[j]`; NaN where no run.
+    pub share: Vec<Vec<f64>>,
+    /// Runs averaged in each column.
+    pub runs: Vec<usize>,
+}
+
+/// The spectrum heatmaps of `encoding`'s finished runs, one per (variant, layer), sorted.
+/// Width is the runs table's `dep_width` (`block_len` in tables without it).
+pub fn spectrum_heatmaps(
+    runs: &Table,
+    spectrum: &Table,
+    encoding: &str,
+) -> Result<Vec<Heatmap>, PlotError> {
+    // run_id → (variant, width)
+    let done = done_rows(runs)?;
+    let ids = runs.strs("run_id")?;
+    let encs = runs.strs("encoding")?;
+    let vars = runs.strs("variant")?;
+    let widths = width_column(runs)?;
+    let mut meta: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    for i in 0..runs.rows() {
+        if done[i]
+            && encs[i].as_deref() == Some(encoding)
+            && let (Some(id), Some(v), Some(w)) = (&ids[i], &vars[i], widths[i])
+        {
+            meta.insert(id.clone(), (v.clone(), w));
+        }
+    }
+    let s_ids = spectrum.strs("run_id")?;
+    let steps = spectrum.i64s("step")?;
+    let layers = spectrum.i64s("layer")?;
+    let fidx = spectrum.i64s("freq_index")?;
+    let theta = spectrum.f64s("theta")?;
+    let frac = spectrum.f64s("energy_frac")?;
+    // Last evaluation step of each run.
+    let mut last: BTreeMap<&str, i64> = BTreeMap::new();
+    for i in 0..spectrum.rows() {
+        if let (Some(id), Some(s)) = (&s_ids[i], steps[i])
+            && meta.contains_key(id)
+        {
+            let e = last.entry(id.as_str()).or_insert(s);
+            *e = (*e).max(s);
+        }
+    }
+    // (variant, layer) → width → run → freq_index → (sum over heads, heads)
+    type Cells = BTreeMap<i64, BTreeMap<String, BTreeMap<i64, (f64, usize)>>>;
+    let mut acc: BTreeMap<(String, i64), Cells> = BTreeMap::new();
+    let mut thetas: BTreeMap<i64, f64> = BTreeMap::new();
+    for i in 0..spectrum.rows() {
+        let (Some(id), Some(s), Some(l), Some(f), Some(t), Some(p)) =
+            (&s_ids[i], steps[i], layers[i], fidx[i], theta[i], frac[i])
+        else {
+            continue;
+        };
+        let Some((var, w)) = meta.get(id) else {
+            continue;
+        };
+        if last.get(id.as_str()) != Some(&s) {
+            continue;
+        }
+        thetas.insert(f, t);
+        let cell = acc
+            .entry((var.clone(), l))
+            .or_default()
+            .entry(*w)
+            .or_default()
+            .entry(id.clone())
+            .or_default()
+            .entry(f)
+            .or_insert((0.0, 0));
+        cell.0 += p;
+        cell.1 += 1;
+    }
+    let n_freq = thetas.len();
+    let theta_list: Vec<f64> = thetas.values().copied().collect();
+    let mut out = Vec::new();
+    for ((variant, layer), by_width) in acc {
+        let widths: Vec<i64> = by_width.keys().copied().collect();
+        let mut share = vec![vec![f64::NAN; widths.len()]; n_freq];
+        let mut n_runs = Vec::new();
+        for (j, (_, by_run)) in by_width.iter().enumerate() {
+            n_runs.push(by_run.len());
+            for (fi, (f, _)) in thetas.iter().enumerate() {
+                let vals: Vec<f64> = by_run
+                    .values()
+                    .filter_map(|m| m.get(f).map(|(s, n)| s / *n as f64))
+                    .collect();
+                if !vals.is_empty() {
+                    share[fi][j] = vals.iter().sum::<f64>() / vals.len() as f64;
+                }
+            }
+        }
+        out.push(Heatmap {
+            variant,
+            layer,
+            widths,
+            thetas: theta_list.clone(),
+            share,
+            runs: n_runs,
+        });
+    }
+    Ok(out)
+}
+
+fn width_column(runs: &Table) -> Result<Vec<Option<i64>>, PlotError> {
+    if runs.has("dep_width") {
+        runs.i64s("dep_width")
+    } else {
+        runs.i64s("block_len")
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// block-width: the law θ_eff = c · W^(−β)
+
+/// One fitted group of the law figure: its runs, the fit and a pointwise bootstrap band.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LawGroup {
+    /// `encoding/variant`, e.g. `rope/copy`.
+    pub group: String,
+    /// `(W, θ_eff, seed)` of every finished run of the group (tokens, radians per token).
+    pub points: Vec<(f64, f64, i64)>,
+    /// Fitted exponent β and constant c (radians): `fit.parquet`'s row when present, else
+    /// refitted from the points.
+    pub beta: f64,
+    /// Fitted constant c, radians.
+    pub c: f64,
+    /// 95 % bootstrap interval of β, when `fit.parquet` has the group.
+    pub beta_ci: Option<(f64, f64)>,
+    /// R² of the log-log fit.
+    pub r2: f64,
+    /// `(W, lo, hi)`: 2.5 % and 97.5 % percentiles over bootstrap refits of `c·W^(−β)` at 40
+    /// log-spaced widths spanning the data (the same replicates as the sweep's interval, seed 0,
+    /// 2000 draws).
+    pub band: Vec<(f64, f64, f64)>,
+}
+
+/// The law figure: fitted groups, and the NoPE control's points (not fitted).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LawFigure {
+    /// Rotary groups, sorted by name.
+    pub groups: Vec<LawGroup>,
+    /// `(variant, W, θ_eff)` of NoPE runs: the q/k pair-norm structure measured on the RoPE grid.
+    pub control: Vec<(String, f64, f64)>,
+}
+
+/// Bootstrap replicates for the band; the sweep's fit uses the same count and seed.
+pub const LAW_BOOT: usize = 2000;
+
+/// The law figure's data from `runs` (finished runs' `effective_freq` and width) and `fit`
+/// (the sweep's fit per group; `None` or a missing group → refitted here).
+pub fn law_figure(runs: &Table, fit: Option<&Table>) -> Result<LawFigure, PlotError> {
+    let done = done_rows(runs)?;
+    let encs = runs.strs("encoding")?;
+    let vars = runs.strs("variant")?;
+    let widths = width_column(runs)?;
+    let theta = runs.f64s("effective_freq")?;
+    let seeds = runs.i64s("seed")?;
+    let mut groups: BTreeMap<String, Vec<(f64, f64, i64)>> = BTreeMap::new();
+    let mut control = Vec::new();
+    for i in 0..runs.rows() {
+        let (true, Some(e), Some(v), Some(w), Some(t), Some(s)) =
+            (done[i], &encs[i], &vars[i], widths[i], theta[i], seeds[i])
+        else {
+            continue;
+        };
+        if !(t > 0.0 && t.is_finite()) {
+            continue;
+        }
+        match e.as_str() {
+            "rope" | "pope" => groups
+                .entry(format!("{e}/{v}"))
+                .or_default()
+                .push((w as f64, t, s)),
+            "nope" => control.push((v.clone(), w as f64, t)),
+            _ => {}
+        }
+    }
+    let mut fitted: BTreeMap<String, (f64, f64, f64, (f64, f64))> = BTreeMap::new();
+    if let Some(f) = fit.filter(|f| f.rows() > 0) {
+        let (g, b, c, r2, lo, hi) = (
+            f.strs("group")?,
+            f.f64s("beta")?,
+            f.f64s("c")?,
+            f.f64s("r2")?,
+            f.f64s("beta_ci_low")?,
+            f.f64s("beta_ci_high")?,
+        );
+        for i in 0..f.rows() {
+            if let (Some(g), Some(b), Some(c), Some(r2), Some(lo), Some(hi)) =
+                (&g[i], b[i], c[i], r2[i], lo[i], hi[i])
+            {
+                fitted.insert(g.clone(), (b, c, r2, (lo, hi)));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (group, points) in groups {
+        let fp: Vec<FitPoint> = points
+            .iter()
+            .map(|&(w, t, s)| FitPoint {
+                width: w,
+                theta: t,
+                seed: s as u64,
+            })
+            .collect();
+        let Some(own) = fit_loglog(&fp) else {
+            continue; // one width: nothing to fit
+        };
+        let (beta, c, r2, beta_ci) = match fitted.get(&group) {
+            Some(&(b, c, r2, ci)) => (b, c, r2, Some(ci)),
+            None => (own.beta, own.c, own.r2, None),
+        };
+        let reps = bootstrap_fits(&fp, LAW_BOOT, 0);
+        let wmin = points.iter().map(|p| p.0).fold(f64::INFINITY, f64::min);
+        let wmax = points.iter().map(|p| p.0).fold(0.0, f64::max);
+        let band = (0..40)
+            .map(|k| {
+                let w = wmin * (wmax / wmin).powf(k as f64 / 39.0);
+                let mut ys: Vec<f64> = reps.iter().map(|f| f.c * w.powf(-f.beta)).collect();
+                ys.sort_by(|a, b| a.total_cmp(b));
+                if ys.is_empty() {
+                    let y = c * w.powf(-beta);
+                    (w, y, y)
+                } else {
+                    (w, quantile_sorted(&ys, 0.025), quantile_sorted(&ys, 0.975))
+                }
+            })
+            .collect();
+        out.push(LawGroup {
+            group,
+            points,
+            beta,
+            c,
+            beta_ci,
+            r2,
+            band,
+        });
+    }
+    Ok(LawFigure {
+        groups: out,
+        control,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bars and curves over seeds
+
+/// One bar: a label and the seeds' values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Bar {
+    /// Bar label (an encoding, a scaling).
+    pub label: String,
+    /// Values over seeds.
+    pub stat: Stat,
+}
+
+/// Final held-out accuracy of every finished run, one bar per encoding (seeds pooled), in the
+/// order RoPE, PoPE, TAPA, NoPE, then others.
+pub fn accuracy_by_encoding(runs: &Table) -> Result<Vec<Bar>, PlotError> {
+    let done = done_rows(runs)?;
+    let encs = runs.strs("encoding")?;
+    let acc = runs.f64s("final_eval_accuracy")?;
+    let mut by: BTreeMap<(usize, String), Vec<f64>> = BTreeMap::new();
+    for i in 0..runs.rows() {
+        if let (true, Some(e), Some(a)) = (done[i], &encs[i], acc[i]) {
+            by.entry(rank(&ENCODING_ORDER, e)).or_default().push(a);
+        }
+    }
+    Ok(by
+        .into_iter()
+        .filter_map(|((_, label), v)| Stat::of(v).map(|stat| Bar { label, stat }))
+        .collect())
+}
+
+/// One panel of the PI figure: bars of accuracy grouped by length ratio.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BarPanel {
+    /// Panel title: `eval_name · task/variant` (iGSM: `eval_name · igsm`).
+    pub title: String,
+    /// Length ratios `s = seq_len / train_seq_len`, ascending: the groups.
+    pub ratios: Vec<f64>,
+    /// Bar labels: the RoPE scaling (`none`, `linear`, …), or the encoding for non-RoPE runs.
+    pub labels: Vec<String>,
+    /// `cells[r][b]`: accuracy over seeds at `ratios[r]` for `labels[b]`.
+    pub cells: Vec<Vec<Option<Stat>>>,
+}
+
+/// The PI table as panels of grouped bars: one panel per (eval name, task/variant), groups
+/// = length ratio, bars = scaling (RoPE) or encoding (others, as trained), values = accuracy
+/// (`evals.accuracy`) over seeds.
+pub fn pi_panels(evals: &Table) -> Result<Vec<BarPanel>, PlotError> {
+    let names = evals.strs("eval_name")?;
+    let tasks = evals.strs("task")?;
+    let vars = evals.strs("variant")?;
+    let encs = evals.strs("encoding")?;
+    let ratio = evals.f64s("length_ratio")?;
+    let scaling = evals.strs("scaling")?;
+    let acc = evals.f64s("accuracy")?;
+    // panel → ratio (as bits of the f64, sortable for positive values) → label → values
+    type Cells = BTreeMap<u64, BTreeMap<(usize, usize, String), Vec<f64>>>;
+    let mut panels: BTreeMap<String, Cells> = BTreeMap::new();
+    for i in 0..evals.rows() {
+        let (Some(n), Some(t), Some(v), Some(e), Some(r), Some(s), Some(a)) = (
+            &names[i],
+            &tasks[i],
+            &vars[i],
+            &encs[i],
+            ratio[i],
+            &scaling[i],
+            acc[i],
+        ) else {
+            continue;
+        };
+        let title = if t == "block" {
+            format!("{n} · {t}/{v}")
+        } else {
+            format!("{n} · {t}")
+        };
+        let label = if e == "rope" { s.clone() } else { e.clone() };
+        panels
+            .entry(title)
+            .or_default()
+            .entry(r.to_bits())
+            .or_default()
+            .entry(label_rank(&label))
+            .or_default()
+            .push(a);
+    }
+    Ok(panels
+        .into_iter()
+        .map(|(title, by_ratio)| {
+            let labels: BTreeSet<(usize, usize, String)> =
+                by_ratio.values().flat_map(|m| m.keys().cloned()).collect();
+            let labels: Vec<(usize, usize, String)> = labels.into_iter().collect();
+            let ratios = by_ratio.keys().map(|b| f64::from_bits(*b)).collect();
+            let cells = by_ratio
+                .values()
+                .map(|m| {
+                    labels
+                        .iter()
+                        .map(|l| m.get(l).and_then(|v| Stat::of(v.clone())))
+                        .collect()
+                })
+                .collect();
+            BarPanel {
+                title,
+                ratios,
+                labels: labels.into_iter().map(|l| l.2).collect(),
+                cells,
+            }
+        })
+        .collect())
+}
+
+/// A line over seeds: `(x, stat)` points, ascending x.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Curve {
+    /// Series label: an encoding, or `rope + SCALING` for a scaled RoPE.
+    pub label: String,
+    /// Points.
+    pub points: Vec<(f64, Stat)>,
+}
+
+fn curves_from(by: BTreeMap<(usize, usize, String), BTreeMap<i64, Vec<f64>>>) -> Vec<Curve> {
+    by.into_iter()
+        .map(|((_, _, label), pts)| Curve {
+            label,
+            points: pts
+                .into_iter()
+                .filter_map(|(x, v)| Stat::of(v).map(|s| (x as f64, s)))
+                .collect(),
+        })
+        .collect()
+}
+
+/// Length-extrapolation curves: `metric` (`loss`, nats, or `accuracy`) of `evals` against the
+/// evaluated `seq_len`, one curve per encoding (RoPE: per scaling, the 1× point shared by every
+/// scaling since no scaling applies there), over seeds. Also returns the training lengths.
+pub fn length_curves(evals: &Table, metric: &str) -> Result<(Vec<Curve>, Vec<i64>), PlotError> {
+    let encs = evals.strs("encoding")?;
+    let scaling = evals.strs("scaling")?;
+    let len = evals.i64s("seq_len")?;
+    let train = evals.i64s("train_seq_len")?;
+    let y = evals.f64s(metric)?;
+    let rope_scalings: BTreeSet<String> = (0..evals.rows())
+        .filter(|&i| encs[i].as_deref() == Some("rope") && len[i] != train[i])
+        .filter_map(|i| scaling[i].clone())
+        .collect();
+    let mut by: BTreeMap<(usize, usize, String), BTreeMap<i64, Vec<f64>>> = BTreeMap::new();
+    let mut trains = BTreeSet::new();
+    for i in 0..evals.rows() {
+        let (Some(e), Some(s), Some(l), Some(t), Some(v)) =
+            (&encs[i], &scaling[i], len[i], train[i], y[i])
+        else {
+            continue;
+        };
+        trains.insert(t);
+        let labels: Vec<String> = if e != "rope" {
+            vec![e.clone()]
+        } else if l == t {
+            // The training length: every scaling is the identity there.
+            rope_scalings
+                .iter()
+                .map(|s| format!("rope + {s}"))
+                .collect()
+        } else {
+            vec![format!("rope + {s}")]
+        };
+        for label in labels {
+            by.entry(label_rank(&label))
+                .or_default()
+                .entry(l)
+                .or_default()
+                .push(v);
+        }
+    }
+    Ok((curves_from(by), trains.into_iter().collect()))
+}
+
+/// `metric` of finished runs against the runs column `x` (e.g. `ops`), one curve per encoding,
+/// over seeds.
+pub fn runs_curves(runs: &Table, x: &str, metric: &str) -> Result<Vec<Curve>, PlotError> {
+    let done = done_rows(runs)?;
+    let encs = runs.strs("encoding")?;
+    let xs = runs.i64s(x)?;
+    let y = runs.f64s(metric)?;
+    let mut by: BTreeMap<(usize, usize, String), BTreeMap<i64, Vec<f64>>> = BTreeMap::new();
+    for i in 0..runs.rows() {
+        if let (true, Some(e), Some(x), Some(v)) = (done[i], &encs[i], xs[i], y[i])
+            && v.is_finite()
+        {
+            by.entry(label_rank(e))
+                .or_default()
+                .entry(x)
+                .or_default()
+                .push(v);
+        }
+    }
+    Ok(curves_from(by))
+}
+
+/// Held-out accuracy against training step, one curve per encoding over seeds (`curves`
+/// table's `eval` rows joined to the runs' encodings).
+pub fn eval_accuracy_curves(runs: &Table, curves: &Table) -> Result<Vec<Curve>, PlotError> {
+    let done = done_rows(runs)?;
+    let ids = runs.strs("run_id")?;
+    let encs = runs.strs("encoding")?;
+    let enc_of: BTreeMap<String, String> = (0..runs.rows())
+        .filter(|&i| done[i])
+        .filter_map(|i| Some((ids[i].clone()?, encs[i].clone()?)))
+        .collect();
+    let (c_ids, split, step, acc) = (
+        curves.strs("run_id")?,
+        curves.strs("split")?,
+        curves.i64s("step")?,
+        curves.f64s("accuracy")?,
+    );
+    let mut by: BTreeMap<(usize, usize, String), BTreeMap<i64, Vec<f64>>> = BTreeMap::new();
+    for i in 0..curves.rows() {
+        if let (Some(id), Some("eval"), Some(s), Some(a)) =
+            (&c_ids[i], split[i].as_deref(), step[i], acc[i])
+            && let Some(e) = enc_of.get(id)
+        {
+            by.entry(label_rank(e))
+                .or_default()
+                .entry(s)
+                .or_default()
+                .push(a);
+        }
+    }
+    Ok(curves_from(by))
+}
+
+// ---------------------------------------------------------------------------------------------
+// MI profiles
+
+/// `(lag in tokens, lag in characters, mutual_info in nats, significant)`.
+pub type MiPoint = (f64, f64, f64, bool);
+
+/// One MI profile: mutual information against lag for one (corpus, granularity).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MiProfile {
+    /// Corpus name.
+    pub corpus: String,
+    /// Tokenisation granularity (`char`, `word`, a BPE size, …).
+    pub granularity: String,
+    /// `(lag in tokens, lag in characters, mutual_info in nats, significant)`, ascending lag.
+    pub points: Vec<MiPoint>,
+}
+
+/// MI profiles from `mi.parquet` (`corpus`, `granularity`, `lag`, `lag_chars`, `mutual_info`,
+/// `significant`), sorted by corpus then granularity; the points of each by lag.
+pub fn mi_profiles(mi: &Table) -> Result<Vec<MiProfile>, PlotError> {
+    let corpus = mi.strs("corpus")?;
+    let gran = mi.strs("granularity")?;
+    let lag = numeric(mi, "lag")?;
+    let lag_chars = numeric(mi, "lag_chars")?;
+    let info = mi.f64s("mutual_info")?;
+    let sig = mi.bools("significant")?;
+    let mut by: BTreeMap<(String, String), Vec<MiPoint>> = BTreeMap::new();
+    for i in 0..mi.rows() {
+        if let (Some(c), Some(g), Some(l), Some(lc), Some(v)) =
+            (&corpus[i], &gran[i], lag[i], lag_chars[i], info[i])
+        {
+            by.entry((c.clone(), g.clone()))
+                .or_default()
+                .push((l, lc, v, sig[i].unwrap_or(false)));
+        }
+    }
+    Ok(by
+        .into_iter()
+        .map(|((corpus, granularity), mut points)| {
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            MiProfile {
+                corpus,
+                granularity,
+                points,
+            }
+        })
+        .collect())
+}
+
+/// A column read as f64 whether it is stored as int64 or float64.
+fn numeric(t: &Table, col: &str) -> Result<Vec<Option<f64>>, PlotError> {
+    let f = t.f64s(col)?;
+    if f.iter().any(Option::is_some) || t.rows() == 0 {
+        return Ok(f);
+    }
+    Ok(t.i64s(col)?
+        .into_iter()
+        .map(|v| v.map(|x| x as f64))
+        .collect())
+}

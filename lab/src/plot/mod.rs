@@ -1,0 +1,355 @@
+//! Figures of a sweep's results (`lab plot SWEEP`): one figure per claim, each as PNG and SVG,
+//! drawn with plotters from the sweep's Parquet tables (schemas in `results/README.md`).
+//!
+//! | sweep | figure | what it shows |
+//! |---|---|---|
+//! | `block-width` | `spectrum-heatmap` | energy share per rotary frequency × block width, per variant and layer, with π/B |
+//! | `block-width` | `theta-eff-vs-width` | θ_eff vs W (log-log), fitted c·W^(−β) with its bootstrap band, π/W |
+//! | `indirect-indexing` | `accuracy-by-encoding` | final-token accuracy per encoding, seeds as dots, chance |
+//! | `indirect-indexing` | `accuracy-curves` | held-out accuracy vs training step per encoding |
+//! | `pi-self-similarity` | `pi-accuracy` | accuracy at s × L per scaling, dilated vs fixed tasks (grouped bars) |
+//! | `length-extrapolation` | `nll-vs-length` | value NLL and needle accuracy vs evaluation length per encoding/scaling |
+//! | `igsm-ops` | `igsm-ops` | answer accuracy and θ_eff vs number of operations |
+//! | `mi-profiles` | `mi-profiles` | MI vs lag per granularity, raw and rescaled to characters |
+//!
+//! The series are computed in [`data`] (tested on hand-made tables); [`draw`] draws them.
+//! Every file is drawn under a temporary name and renamed into place.
+
+pub mod data;
+pub mod draw;
+mod font;
+
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use crate::results::ResultsError;
+use data::Table;
+use draw::{
+    BarsPlot, Figure, GroupedBarsPlot, LawPlot, LinePanel, LinesPlot, MiPlot, SpectrumFigure,
+};
+
+pub use font::{FONT_ENV, find_font};
+
+/// Errors of `lab plot`.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// Reading a table.
+    #[error(transparent)]
+    Results(#[from] ResultsError),
+    /// A table the figure needs is not there.
+    #[error("{0} not found: run the sweep first (`lab sweep NAME`), or pass --results DIR")]
+    MissingTable(PathBuf),
+    /// A column the figure needs is not in the table.
+    #[error("{table} has no column `{column}` (written by an older lab version?)")]
+    MissingColumn {
+        /// The table.
+        table: String,
+        /// The column.
+        column: String,
+    },
+    /// Nothing to draw.
+    #[error("nothing to plot for {figure}: {why}")]
+    Empty {
+        /// The figure.
+        figure: String,
+        /// Why.
+        why: String,
+    },
+    /// No sweep of that name has figures.
+    #[error("no figures for sweep `{name}`; sweeps with figures: {known}")]
+    UnknownSweep {
+        /// The name given.
+        name: String,
+        /// The names with figures.
+        known: String,
+    },
+    /// No font for text.
+    #[error(
+        "no TrueType font found for figure text: install DejaVu (Debian: apt-get install fonts-dejavu-core) or set {FONT_ENV}=/path/to/font.ttf"
+    )]
+    NoFont,
+    /// A font file that cannot be read or parsed.
+    #[error("cannot use font {path}: {why}")]
+    BadFont {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// Drawing or writing a figure failed.
+    #[error("cannot draw {path}: {message}")]
+    Draw {
+        /// The figure file.
+        path: PathBuf,
+        /// The cause.
+        message: String,
+    },
+    /// Filesystem error.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+}
+
+/// The sweeps `lab plot` knows, with the figures (file stems) each gets.
+pub const SWEEP_FIGURES: &[(&str, &[&str])] = &[
+    ("block-width", &["spectrum-heatmap", "theta-eff-vs-width"]),
+    (
+        "indirect-indexing",
+        &["accuracy-by-encoding", "accuracy-curves"],
+    ),
+    ("pi-self-similarity", &["pi-accuracy"]),
+    ("length-extrapolation", &["nll-vs-length"]),
+    ("igsm-ops", &["igsm-ops"]),
+    ("mi-profiles", &["mi-profiles"]),
+];
+
+/// Chance accuracy of the indirect-indexing answer: one of 52 letters (sweeps/indirect-indexing.toml).
+pub const INDIRECT_CHANCE: f64 = 1.0 / 52.0;
+
+/// Draw every figure of sweep `sweep` from the tables in `results` into `out` (created if
+/// needed), each as `<figure>.png` and `<figure>.svg`. Returns the files written, in order.
+///
+/// Errors: an unknown sweep name, a missing table or column, an empty table, no font.
+pub fn plot_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    let known = SWEEP_FIGURES.iter().any(|(n, _)| *n == sweep);
+    if !known {
+        return Err(PlotError::UnknownSweep {
+            name: sweep.to_string(),
+            known: SWEEP_FIGURES
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    let table = |name: &str| Table::read(&results.join(format!("{name}.parquet")));
+    font::register()?;
+    std::fs::create_dir_all(out).map_err(|source| PlotError::Io {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let mut written = Vec::new();
+    match sweep {
+        "block-width" => {
+            let runs = table("runs")?;
+            let spectrum = table("spectrum")?;
+            let maps = data::spectrum_heatmaps(&runs, &spectrum, "rope")?;
+            if maps.is_empty() {
+                return Err(empty("spectrum-heatmap", "no finished RoPE run"));
+            }
+            written.extend(save(
+                &SpectrumFigure {
+                    maps,
+                    encoding: "rope".into(),
+                },
+                out,
+                "spectrum-heatmap",
+            )?);
+            let fit = match table("fit") {
+                Ok(t) => Some(t),
+                Err(PlotError::MissingTable(_)) => None,
+                Err(e) => return Err(e),
+            };
+            let fig = data::law_figure(&runs, fit.as_ref())?;
+            if fig.groups.is_empty() {
+                return Err(empty(
+                    "theta-eff-vs-width",
+                    "no rotary group with two or more widths",
+                ));
+            }
+            written.extend(save(&LawPlot { fig }, out, "theta-eff-vs-width")?);
+        }
+        "indirect-indexing" => {
+            let runs = table("runs")?;
+            let bars = data::accuracy_by_encoding(&runs)?;
+            if bars.is_empty() {
+                return Err(empty("accuracy-by-encoding", "no finished run"));
+            }
+            written.extend(save(
+                &BarsPlot {
+                    title: "Indirect indexing: final-token accuracy per encoding".into(),
+                    y_desc: "held-out accuracy (answer token)".into(),
+                    bars,
+                    reference: Some((INDIRECT_CHANCE, "chance (1/52)".into())),
+                },
+                out,
+                "accuracy-by-encoding",
+            )?);
+            let curves = data::eval_accuracy_curves(&runs, &table("curves")?)?;
+            written.extend(save(
+                &LinesPlot {
+                    title: "Indirect indexing: learning curves".into(),
+                    panels: vec![LinePanel {
+                        title: String::new(),
+                        x_desc: "training step".into(),
+                        y_desc: "held-out accuracy (answer token)".into(),
+                        curves,
+                        log2_x: false,
+                        percent_y: true,
+                        vlines: vec![],
+                        legend: Some(SeriesLabelPosition::UpperLeft),
+                    }],
+                    note: "line: mean over seeds; band: min–max over seeds".into(),
+                },
+                out,
+                "accuracy-curves",
+            )?);
+        }
+        "pi-self-similarity" => {
+            let panels = data::pi_panels(&table("evals")?)?;
+            if panels.is_empty() {
+                return Err(empty("pi-accuracy", "evals.parquet has no rows"));
+            }
+            written.extend(save(
+                &GroupedBarsPlot {
+                    title: "Position interpolation on self-similar (dilated) and fixed-width tasks"
+                        .into(),
+                    panels,
+                },
+                out,
+                "pi-accuracy",
+            )?);
+        }
+        "length-extrapolation" => {
+            let evals = table("evals")?;
+            let (nll, trains) = data::length_curves(&evals, "loss")?;
+            let (acc, _) = data::length_curves(&evals, "accuracy")?;
+            if nll.is_empty() {
+                return Err(empty("nll-vs-length", "evals.parquet has no rows"));
+            }
+            let vlines: Vec<(f64, String)> = trains
+                .iter()
+                .map(|t| (*t as f64, format!("training length {t}")))
+                .collect();
+            written.extend(save(
+                &LinesPlot {
+                    title: "Length extrapolation on needle retrieval".into(),
+                    panels: vec![
+                        LinePanel {
+                            title: "negative log-likelihood of the value".into(),
+                            x_desc: "evaluation context length (tokens)".into(),
+                            y_desc: "NLL (nats per value token)".into(),
+                            curves: nll,
+                            log2_x: true,
+                            percent_y: false,
+                            vlines: vlines.clone(),
+                            legend: Some(SeriesLabelPosition::UpperLeft),
+                        },
+                        LinePanel {
+                            title: "needle accuracy".into(),
+                            x_desc: "evaluation context length (tokens)".into(),
+                            y_desc: "accuracy (value tokens)".into(),
+                            curves: acc,
+                            log2_x: true,
+                            percent_y: true,
+                            vlines,
+                            legend: None,
+                        },
+                    ],
+                    note: "zero-shot evaluation of models trained at one length; line: mean over seeds; band: min–max over seeds".into(),
+                },
+                out,
+                "nll-vs-length",
+            )?);
+        }
+        "igsm-ops" => {
+            let runs = table("runs")?;
+            let acc = data::runs_curves(&runs, "ops", "answer_accuracy")?;
+            let theta = data::runs_curves(&runs, "ops", "effective_freq")?;
+            if theta.is_empty() {
+                return Err(empty("igsm-ops", "no finished run"));
+            }
+            written.extend(save(
+                &LinesPlot {
+                    title: "iGSM arithmetic: accuracy and frequency use vs operations".into(),
+                    panels: vec![
+                        LinePanel {
+                            title: "answer accuracy (greedy decoding)".into(),
+                            x_desc: "operations on the solution path".into(),
+                            y_desc: "answer accuracy".into(),
+                            curves: acc,
+                            log2_x: false,
+                            percent_y: true,
+                            vlines: vec![],
+                            legend: Some(SeriesLabelPosition::UpperRight),
+                        },
+                        LinePanel {
+                            title: "effective frequency".into(),
+                            x_desc: "operations on the solution path".into(),
+                            y_desc: "θ_eff (rad/token)".into(),
+                            curves: theta,
+                            log2_x: false,
+                            percent_y: false,
+                            vlines: vec![],
+                            legend: None,
+                        },
+                    ],
+                    note: "line: mean over seeds; band: min–max over seeds".into(),
+                },
+                out,
+                "igsm-ops",
+            )?);
+        }
+        "mi-profiles" => {
+            let profiles = data::mi_profiles(&table("mi")?)?;
+            if profiles.is_empty() {
+                return Err(empty("mi-profiles", "mi.parquet has no rows"));
+            }
+            written.extend(save(&MiPlot { profiles }, out, "mi-profiles")?);
+        }
+        _ => unreachable!("checked against SWEEP_FIGURES"),
+    }
+    Ok(written)
+}
+
+fn empty(figure: &str, why: &str) -> PlotError {
+    PlotError::Empty {
+        figure: figure.to_string(),
+        why: why.to_string(),
+    }
+}
+
+/// Draw `fig` to `<dir>/<stem>.png` and `<dir>/<stem>.svg` (temporary names, then renamed).
+pub fn save<F: Figure>(fig: &F, dir: &Path, stem: &str) -> Result<Vec<PathBuf>, PlotError> {
+    let size = fig.size();
+    let mut written = Vec::new();
+    for ext in ["png", "svg"] {
+        let path = dir.join(format!("{stem}.{ext}"));
+        let tmp = dir.join(format!(".{stem}.tmp-{}.{ext}", std::process::id()));
+        let drawn: draw::DrawResult = if ext == "png" {
+            let root = BitMapBackend::new(&tmp, size).into_drawing_area();
+            (|| {
+                root.fill(&WHITE)?;
+                fig.draw(&root)?;
+                root.present()?;
+                Ok(())
+            })()
+        } else {
+            let root = SVGBackend::new(&tmp, size).into_drawing_area();
+            (|| {
+                root.fill(&WHITE)?;
+                fig.draw(&root)?;
+                root.present()?;
+                Ok(())
+            })()
+        };
+        if let Err(e) = drawn {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(PlotError::Draw {
+                path,
+                message: e.to_string(),
+            });
+        }
+        std::fs::rename(&tmp, &path).map_err(|source| PlotError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        written.push(path);
+    }
+    Ok(written)
+}

@@ -1,0 +1,558 @@
+//! `lab plot`: the series each figure draws, computed from hand-made tables with known answers,
+//! and the figure files written for every sweep (PNG of the right size, SVG with its labels).
+
+use std::f64::consts::PI;
+use std::path::{Path, PathBuf};
+
+use lab::plot::data::{self, Table};
+use lab::plot::draw::{fmt_num, log_ticks, pow2_ticks};
+use lab::plot::{PlotError, SWEEP_FIGURES, plot_sweep};
+use lab::results::{TableBuilder, write_batch};
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lab-plot-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+/// A runs table: (run_id, encoding, variant, width, seed, θ_eff, accuracy, status).
+type RunRow<'a> = (&'a str, &'a str, &'a str, i64, i64, f64, f64, &'a str);
+
+fn runs_table(rows: &[RunRow]) -> Table {
+    let b = TableBuilder::new(rows.len())
+        .str("run_id", rows.iter().map(|r| r.0.to_string()).collect())
+        .str("status", rows.iter().map(|r| r.7.to_string()).collect())
+        .str("task", vec!["block".into(); rows.len()])
+        .str("encoding", rows.iter().map(|r| r.1.to_string()).collect())
+        .str("variant", rows.iter().map(|r| r.2.to_string()).collect())
+        .i64("block_len", rows.iter().map(|r| r.3).collect())
+        .i64("dep_width", rows.iter().map(|r| r.3).collect())
+        .i64("ops", rows.iter().map(|r| r.3).collect())
+        .i64("seed", rows.iter().map(|r| r.4).collect())
+        .opt_f64("effective_freq", rows.iter().map(|r| Some(r.5)).collect())
+        .opt_f64(
+            "final_eval_accuracy",
+            rows.iter().map(|r| Some(r.6)).collect(),
+        )
+        .opt_f64("answer_accuracy", rows.iter().map(|r| Some(r.6)).collect())
+        .build();
+    Table::from_batches("runs", vec![b])
+}
+
+/// Spectrum rows (run_id, step, layer, head, freq_index, theta, energy_frac).
+fn spectrum_table(rows: &[(&str, i64, i64, i64, i64, f64, f64)]) -> Table {
+    let b = TableBuilder::new(rows.len())
+        .str("run_id", rows.iter().map(|r| r.0.to_string()).collect())
+        .str("encoding", vec!["rope".into(); rows.len()])
+        .i64("step", rows.iter().map(|r| r.1).collect())
+        .i64("layer", rows.iter().map(|r| r.2).collect())
+        .i64("head", rows.iter().map(|r| r.3).collect())
+        .i64("freq_index", rows.iter().map(|r| r.4).collect())
+        .f64("theta", rows.iter().map(|r| r.5).collect())
+        .f64("energy", rows.iter().map(|r| r.6).collect())
+        .f64("energy_frac", rows.iter().map(|r| r.6).collect())
+        .build();
+    Table::from_batches("spectrum", vec![b])
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9 * (1.0 + b.abs())
+}
+
+#[test]
+fn heatmap_uses_last_step_averages_heads_then_seeds_and_skips_other_runs() {
+    let runs = runs_table(&[
+        ("a", "rope", "recall", 4, 0, 0.5, 1.0, "done"),
+        ("b", "rope", "recall", 4, 1, 0.5, 1.0, "done"),
+        ("c", "rope", "recall", 16, 0, 0.2, 1.0, "done"),
+        ("d", "nope", "recall", 4, 0, 0.5, 1.0, "done"),
+        ("e", "rope", "recall", 16, 1, 0.2, 1.0, "failed"),
+    ]);
+    let mut rows = Vec::new();
+    // Step 0 rows must be ignored (they would pull every value to 0.5).
+    for id in ["a", "b", "c", "d", "e"] {
+        for h in 0..2 {
+            rows.push((id, 0, 0, h, 0, 1.0, 0.5));
+            rows.push((id, 0, 0, h, 1, 0.01, 0.5));
+        }
+    }
+    // Final step 40: run a heads (0.8, 0.6) → 0.7; run b heads (0.9, 0.9) → 0.9; mean 0.8.
+    for (id, h, p0) in [
+        ("a", 0, 0.8),
+        ("a", 1, 0.6),
+        ("b", 0, 0.9),
+        ("b", 1, 0.9),
+        ("c", 0, 0.1),
+        ("c", 1, 0.3),
+        ("d", 0, 0.0),
+        ("d", 1, 0.0),
+        ("e", 0, 0.0),
+        ("e", 1, 0.0),
+    ] {
+        rows.push((id, 40, 0, h, 0, 1.0, p0));
+        rows.push((id, 40, 0, h, 1, 0.01, 1.0 - p0));
+    }
+    let maps = data::spectrum_heatmaps(&runs, &spectrum_table(&rows), "rope").unwrap();
+    assert_eq!(maps.len(), 1);
+    let m = &maps[0];
+    assert_eq!((m.variant.as_str(), m.layer), ("recall", 0));
+    assert_eq!(m.widths, vec![4, 16]);
+    assert_eq!(m.thetas, vec![1.0, 0.01]);
+    assert_eq!(m.runs, vec![2, 1], "the failed run e is not averaged");
+    assert!(close(m.share[0][0], 0.8), "{:?}", m.share);
+    assert!(close(m.share[1][0], 0.2));
+    assert!(close(m.share[0][1], 0.2));
+    assert!(close(m.share[1][1], 0.8));
+}
+
+#[test]
+fn law_figure_recovers_pi_over_w_with_a_degenerate_band() {
+    let mut rows = Vec::new();
+    let ids: Vec<String> = (0..8).map(|i| format!("r{i}")).collect();
+    let mut k = 0;
+    for seed in [0, 1] {
+        for w in [4, 8, 16, 32] {
+            rows.push((
+                ids[k].as_str(),
+                "rope",
+                "copy",
+                w,
+                seed,
+                PI / w as f64,
+                1.0,
+                "done",
+            ));
+            k += 1;
+        }
+    }
+    rows.push(("n0", "nope", "copy", 8, 0, 0.3, 1.0, "done"));
+    let fig = data::law_figure(&runs_table(&rows), None).unwrap();
+    assert_eq!(fig.groups.len(), 1);
+    let g = &fig.groups[0];
+    assert_eq!(g.group, "rope/copy");
+    assert_eq!(g.points.len(), 8);
+    assert!(close(g.beta, 1.0) && close(g.c, PI) && close(g.r2, 1.0));
+    assert_eq!(g.beta_ci, None, "no fit table: refitted, no interval");
+    assert_eq!(g.band.len(), 40);
+    assert!(close(g.band[0].0, 4.0) && close(g.band[39].0, 32.0));
+    // Every bootstrap replicate is the exact law, so the band is the line itself.
+    for (w, lo, hi) in &g.band {
+        assert!(close(*lo, PI / w) && close(*hi, PI / w), "{w}: {lo} {hi}");
+    }
+    assert_eq!(fig.control, vec![("copy".to_string(), 8.0, 0.3)]);
+
+    // With the sweep's fit table, its numbers are the ones shown.
+    let fit = TableBuilder::new(1)
+        .str("group", s(&["rope/copy"]))
+        .f64("beta", vec![0.9])
+        .f64("c", vec![2.5])
+        .f64("r2", vec![0.95])
+        .f64("beta_ci_low", vec![0.8])
+        .f64("beta_ci_high", vec![1.1])
+        .build();
+    let fig = data::law_figure(
+        &runs_table(&rows),
+        Some(&Table::from_batches("fit", vec![fit])),
+    )
+    .unwrap();
+    let g = &fig.groups[0];
+    assert_eq!(
+        (g.beta, g.c, g.r2, g.beta_ci),
+        (0.9, 2.5, 0.95, Some((0.8, 1.1)))
+    );
+}
+
+#[test]
+fn law_band_covers_scattered_runs() {
+    // θ = π/W · e^{±0.2} by seed: the 95 % band at each W lies between the two seeds' lines
+    // and is not degenerate.
+    let mut rows = Vec::new();
+    let ids: Vec<String> = (0..9).map(|i| format!("r{i}")).collect();
+    let mut k = 0;
+    for (seed, f) in [(0, 0.2f64), (1, -0.2), (2, 0.0)] {
+        for w in [4, 16, 64] {
+            rows.push((
+                ids[k].as_str(),
+                "rope",
+                "recall",
+                w,
+                seed,
+                PI / w as f64 * f.exp(),
+                1.0,
+                "done",
+            ));
+            k += 1;
+        }
+    }
+    let fig = data::law_figure(&runs_table(&rows), None).unwrap();
+    let g = &fig.groups[0];
+    assert!(close(g.beta, 1.0), "seed offsets cancel: β = {}", g.beta);
+    for (w, lo, hi) in &g.band {
+        let line = g.c * w.powf(-g.beta);
+        assert!(*lo <= line * (1.0 + 1e-9) && line <= *hi * (1.0 + 1e-9));
+        assert!(*lo >= PI / w * (-0.2f64).exp() * (1.0 - 1e-9));
+        assert!(*hi <= PI / w * 0.2f64.exp() * (1.0 + 1e-9));
+        assert!(hi / lo > 1.01, "band must have width at {w}");
+    }
+}
+
+#[test]
+fn accuracy_bars_in_encoding_order_with_seed_spread() {
+    let runs = runs_table(&[
+        ("1", "nope", "copy", 2, 0, 0.0, 0.05, "done"),
+        ("2", "rope", "copy", 2, 0, 0.0, 0.10, "done"),
+        ("3", "rope", "copy", 2, 1, 0.0, 0.20, "done"),
+        ("4", "pope", "copy", 2, 0, 0.0, 0.90, "done"),
+        ("5", "pope", "copy", 2, 1, 0.0, 0.96, "done"),
+        ("6", "pope", "copy", 2, 2, 0.0, 0.0, "failed"),
+        ("7", "tapa", "copy", 2, 0, 0.0, 0.30, "done"),
+    ]);
+    let bars = data::accuracy_by_encoding(&runs).unwrap();
+    let labels: Vec<&str> = bars.iter().map(|b| b.label.as_str()).collect();
+    assert_eq!(labels, ["rope", "pope", "tapa", "nope"]);
+    assert!(close(bars[0].stat.mean, 0.15));
+    assert_eq!((bars[0].stat.min, bars[0].stat.max), (0.10, 0.20));
+    assert!(close(bars[1].stat.mean, 0.93));
+    assert_eq!(bars[1].stat.values.len(), 2, "failed run left out");
+}
+
+/// evals rows: (eval_name, task, variant, encoding, ratio, scaling, accuracy, seq_len, train, loss)
+type EvalRow<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    &'a str,
+    f64,
+    &'a str,
+    f64,
+    i64,
+    i64,
+    f64,
+);
+
+fn evals_table(rows: &[EvalRow]) -> Table {
+    let b = TableBuilder::new(rows.len())
+        .str("eval_name", rows.iter().map(|r| r.0.to_string()).collect())
+        .str("task", rows.iter().map(|r| r.1.to_string()).collect())
+        .str("variant", rows.iter().map(|r| r.2.to_string()).collect())
+        .str("encoding", rows.iter().map(|r| r.3.to_string()).collect())
+        .f64("length_ratio", rows.iter().map(|r| r.4).collect())
+        .str("scaling", rows.iter().map(|r| r.5.to_string()).collect())
+        .f64("accuracy", rows.iter().map(|r| r.6).collect())
+        .i64("seq_len", rows.iter().map(|r| r.7).collect())
+        .i64("train_seq_len", rows.iter().map(|r| r.8).collect())
+        .f64("loss", rows.iter().map(|r| r.9).collect())
+        .i64("seed", vec![0; rows.len()])
+        .build();
+    Table::from_batches("evals", vec![b])
+}
+
+fn pi_rows() -> Vec<EvalRow<'static>> {
+    vec![
+        (
+            "fixed", "block", "recall", "rope", 4.0, "yarn", 0.5, 128, 32, 1.0,
+        ),
+        (
+            "fixed", "block", "recall", "rope", 2.0, "linear", 0.4, 64, 32, 1.0,
+        ),
+        (
+            "fixed", "block", "recall", "rope", 2.0, "linear", 0.6, 64, 32, 1.0,
+        ),
+        (
+            "fixed", "block", "recall", "rope", 2.0, "none", 1.0, 64, 32, 1.0,
+        ),
+        (
+            "fixed", "block", "recall", "pope", 2.0, "none", 0.9, 64, 32, 1.0,
+        ),
+        (
+            "dilated", "block", "recall", "rope", 1.0, "none", 1.0, 32, 32, 1.0,
+        ),
+        (
+            "fixed", "igsm", "copy", "rope", 2.0, "ntk", 0.3, 256, 128, 1.0,
+        ),
+    ]
+}
+
+#[test]
+fn pi_panels_group_by_ratio_and_order_scalings() {
+    let panels = data::pi_panels(&evals_table(&pi_rows())).unwrap();
+    let titles: Vec<&str> = panels.iter().map(|p| p.title.as_str()).collect();
+    assert_eq!(
+        titles,
+        [
+            "dilated · block/recall",
+            "fixed · block/recall",
+            "fixed · igsm"
+        ]
+    );
+    let p = &panels[1];
+    assert_eq!(p.ratios, vec![2.0, 4.0]);
+    assert_eq!(p.labels, s(&["none", "linear", "yarn", "pope"]));
+    let at = |r: usize, b: usize| p.cells[r][b].as_ref().map(|s| s.mean);
+    assert_eq!(at(0, 0), Some(1.0));
+    assert!(close(at(0, 1).unwrap(), 0.5), "two seeds averaged");
+    assert_eq!(at(0, 2), None, "no yarn row at 2×");
+    assert_eq!(at(0, 3), Some(0.9));
+    assert_eq!(at(1, 2), Some(0.5));
+}
+
+#[test]
+fn length_curves_share_the_training_length_point() {
+    let rows: Vec<EvalRow> = vec![
+        (
+            "needle", "needle", "copy", "rope", 1.0, "none", 0.9, 64, 64, 0.5,
+        ),
+        (
+            "needle", "needle", "copy", "rope", 2.0, "none", 0.5, 128, 64, 2.0,
+        ),
+        (
+            "needle", "needle", "copy", "rope", 2.0, "linear", 0.7, 128, 64, 0.8,
+        ),
+        (
+            "needle", "needle", "copy", "pope", 1.0, "none", 0.8, 64, 64, 0.6,
+        ),
+        (
+            "needle", "needle", "copy", "pope", 2.0, "none", 0.6, 128, 64, 1.5,
+        ),
+    ];
+    let (curves, trains) = data::length_curves(&evals_table(&rows), "loss").unwrap();
+    assert_eq!(trains, vec![64]);
+    let labels: Vec<&str> = curves.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(labels, ["rope + none", "rope + linear", "pope"]);
+    let pts = |i: usize| -> Vec<(f64, f64)> {
+        curves[i].points.iter().map(|(x, s)| (*x, s.mean)).collect()
+    };
+    assert_eq!(pts(0), vec![(64.0, 0.5), (128.0, 2.0)]);
+    assert_eq!(pts(1), vec![(64.0, 0.5), (128.0, 0.8)]);
+    assert_eq!(pts(2), vec![(64.0, 0.6), (128.0, 1.5)]);
+}
+
+#[test]
+fn runs_curves_average_seeds_per_x() {
+    let runs = runs_table(&[
+        ("1", "rope", "copy", 2, 0, 0.2, 0.5, "done"),
+        ("2", "rope", "copy", 2, 1, 0.4, 0.7, "done"),
+        ("3", "rope", "copy", 4, 0, 0.1, 0.1, "done"),
+        ("4", "pope", "copy", 4, 0, 0.05, 0.2, "done"),
+    ]);
+    let c = data::runs_curves(&runs, "ops", "effective_freq").unwrap();
+    assert_eq!(c.len(), 2);
+    assert_eq!(c[0].label, "rope");
+    assert_eq!(c[0].points[0].0, 2.0);
+    assert!(close(c[0].points[0].1.mean, 0.3));
+    assert_eq!(c[0].points[1].1.values, vec![0.1]);
+    assert_eq!(c[1].label, "pope");
+}
+
+/// A synthetic `mi.parquet` in the MI-profile sweep's schema: MI(lag) = a · lag_chars^(−1/2)
+/// for two granularities with 1 and 4 characters per token, so the rescaled curves coincide.
+fn write_mi(dir: &Path) {
+    let mut rows = Vec::new();
+    for (g, cpt) in [("char", 1.0), ("bpe-4", 4.0)] {
+        for lag in [1i64, 2, 4, 8, 16] {
+            let chars = lag as f64 * cpt;
+            rows.push((g, lag, chars, 0.5 / chars.sqrt(), lag < 16));
+        }
+    }
+    let n = rows.len();
+    let b = TableBuilder::new(n)
+        .str("corpus", vec!["synthetic".into(); n])
+        .str(
+            "granularity",
+            rows.iter().map(|r| r.0.to_string()).collect(),
+        )
+        .i64("lag", rows.iter().map(|r| r.1).collect())
+        .f64("lag_chars", rows.iter().map(|r| r.2).collect())
+        .f64("mutual_info", rows.iter().map(|r| r.3).collect())
+        .f64("mi_shuffle_hi", vec![0.01; n])
+        .bool("significant", rows.iter().map(|r| r.4).collect())
+        .build();
+    write_batch(&dir.join("mi.parquet"), &b).unwrap();
+}
+
+#[test]
+fn mi_profiles_read_the_schema_and_collapse_when_rescaled() {
+    let dir = tmp("mi");
+    write_mi(&dir);
+    let profiles = data::mi_profiles(&Table::read(&dir.join("mi.parquet")).unwrap()).unwrap();
+    let names: Vec<&str> = profiles.iter().map(|p| p.granularity.as_str()).collect();
+    assert_eq!(names, ["bpe-4", "char"]);
+    let (bpe, ch) = (&profiles[0], &profiles[1]);
+    assert_eq!(bpe.points[0], (1.0, 4.0, 0.25, true));
+    assert!(!bpe.points[4].3, "lag 16 is not significant");
+    // Same character distance → same MI: bpe lag 1 (4 chars) = char lag 4.
+    assert!(close(bpe.points[0].2, ch.points[2].2));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ticks_and_labels() {
+    assert_eq!(log_ticks(0.03, 1.2), vec![0.05, 0.1, 0.2, 0.5, 1.0]);
+    assert_eq!(log_ticks(1e-4, 1.0).len(), 13);
+    assert_eq!(
+        log_ticks(0.12, 0.35),
+        vec![0.2, 0.3],
+        "fewer than 3 from 1-2-5: 1..9"
+    );
+    assert_eq!(pow2_ticks(3.0, 70.0), vec![4.0, 8.0, 16.0, 32.0, 64.0]);
+    assert_eq!(fmt_num(0.05), "0.05");
+    assert_eq!(fmt_num(64.0), "64");
+    assert_eq!(fmt_num(1e-4), "10⁻⁴");
+    assert_eq!(fmt_num(2e-4), "2×10⁻⁴");
+}
+
+fn png_size(path: &Path) -> (u32, u32) {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[1..4], b"PNG", "{} is not a PNG", path.display());
+    let be = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+    (be(16), be(20))
+}
+
+/// Writes the tables every sweep's figures read, from the hand-made rows above.
+fn write_all_tables(dir: &Path) {
+    // block-width: 2 seeds × 3 widths, on the law; 2 pairs; one layer.
+    let mut runs = Vec::new();
+    let mut spec = Vec::new();
+    for seed in [0i64, 1] {
+        for w in [4i64, 16, 64] {
+            let id = format!("s{seed}w{w}");
+            runs.push((id.clone(), w, seed));
+            for h in 0..2 {
+                spec.push((id.clone(), h, 0, 1.0, if w == 4 { 0.9 } else { 0.2 }));
+                spec.push((id.clone(), h, 1, 0.01, if w == 4 { 0.1 } else { 0.8 }));
+            }
+        }
+    }
+    let n = runs.len();
+    let rb = TableBuilder::new(n)
+        .str("run_id", runs.iter().map(|r| r.0.clone()).collect())
+        .str("status", vec!["done".into(); n])
+        .str("encoding", vec!["rope".into(); n])
+        .str("variant", vec!["copy".into(); n])
+        .i64("dep_width", runs.iter().map(|r| r.1).collect())
+        .i64("seed", runs.iter().map(|r| r.2).collect())
+        .i64("ops", runs.iter().map(|r| r.1).collect())
+        .opt_f64(
+            "effective_freq",
+            runs.iter().map(|r| Some(PI / r.1 as f64)).collect(),
+        )
+        .opt_f64("final_eval_accuracy", vec![Some(0.5); n])
+        .opt_f64("answer_accuracy", vec![Some(0.25); n])
+        .build();
+    write_batch(&dir.join("runs.parquet"), &rb).unwrap();
+    let m = spec.len();
+    let sb = TableBuilder::new(m)
+        .str("run_id", spec.iter().map(|r| r.0.clone()).collect())
+        .i64("step", vec![40; m])
+        .i64("layer", vec![0; m])
+        .i64("head", spec.iter().map(|r| r.1).collect())
+        .i64("freq_index", spec.iter().map(|r| r.2).collect())
+        .f64("theta", spec.iter().map(|r| r.3).collect())
+        .f64("energy_frac", spec.iter().map(|r| r.4).collect())
+        .build();
+    write_batch(&dir.join("spectrum.parquet"), &sb).unwrap();
+    let cb = TableBuilder::new(2 * n)
+        .str(
+            "run_id",
+            runs.iter()
+                .flat_map(|r| [r.0.clone(), r.0.clone()])
+                .collect(),
+        )
+        .str("split", vec!["eval".into(); 2 * n])
+        .i64("step", (0..2 * n).map(|i| 20 * (i % 2) as i64).collect())
+        .f64(
+            "accuracy",
+            (0..2 * n).map(|i| 0.1 + 0.4 * (i % 2) as f64).collect(),
+        )
+        .build();
+    write_batch(&dir.join("curves.parquet"), &cb).unwrap();
+    let rows = pi_rows();
+    let e = rows.len();
+    let eb = TableBuilder::new(e)
+        .str("eval_name", rows.iter().map(|r| r.0.to_string()).collect())
+        .str("task", rows.iter().map(|r| r.1.to_string()).collect())
+        .str("variant", rows.iter().map(|r| r.2.to_string()).collect())
+        .str("encoding", rows.iter().map(|r| r.3.to_string()).collect())
+        .f64("length_ratio", rows.iter().map(|r| r.4).collect())
+        .str("scaling", rows.iter().map(|r| r.5.to_string()).collect())
+        .f64("accuracy", rows.iter().map(|r| r.6).collect())
+        .i64("seq_len", rows.iter().map(|r| r.7).collect())
+        .i64("train_seq_len", rows.iter().map(|r| r.8).collect())
+        .f64("loss", rows.iter().map(|r| r.9).collect())
+        .build();
+    write_batch(&dir.join("evals.parquet"), &eb).unwrap();
+    write_mi(dir);
+}
+
+#[test]
+fn every_sweep_writes_its_figures_as_png_and_svg() {
+    if lab::plot::find_font().is_none() {
+        panic!("no font: install fonts-dejavu-core (the CI script does) or set LAB_FONT");
+    }
+    let dir = tmp("all");
+    write_all_tables(&dir);
+    for (sweep, figures) in SWEEP_FIGURES {
+        let out = dir.join("figures").join(sweep);
+        let written = plot_sweep(sweep, &dir, &out).unwrap_or_else(|e| panic!("{sweep}: {e}"));
+        let expect: Vec<PathBuf> = figures
+            .iter()
+            .flat_map(|f| [out.join(format!("{f}.png")), out.join(format!("{f}.svg"))])
+            .collect();
+        assert_eq!(written, expect, "{sweep}");
+        for f in &written {
+            let meta = std::fs::metadata(f).unwrap();
+            assert!(
+                meta.len() > 2000,
+                "{} is only {} bytes",
+                f.display(),
+                meta.len()
+            );
+        }
+        let (w, h) = png_size(&written[0]);
+        assert!(w >= 700 && h >= 500, "{sweep}: {w}×{h}");
+        // No temporaries left behind.
+        let left: Vec<_> = std::fs::read_dir(&out)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+    let svg = |sweep: &str, f: &str| {
+        std::fs::read_to_string(dir.join("figures").join(sweep).join(format!("{f}.svg"))).unwrap()
+    };
+    let law = svg("block-width", "theta-eff-vs-width");
+    assert!(law.contains("π/W"), "reference line in the legend");
+    assert!(law.contains("β = 1.00"), "the exact law is fitted");
+    assert!(law.contains("θ_eff (rad/token)"));
+    assert!(svg("block-width", "spectrum-heatmap").contains("block width B (tokens)"));
+    assert!(svg("indirect-indexing", "accuracy-by-encoding").contains("chance (1/52)"));
+    assert!(svg("pi-self-similarity", "pi-accuracy").contains("fixed · igsm"));
+    assert!(svg("length-extrapolation", "nll-vs-length").contains("training length 32"));
+    assert!(svg("mi-profiles", "mi-profiles").contains("bpe-4"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_input_is_one_clear_error() {
+    let dir = tmp("bad");
+    let e = plot_sweep("no-such-sweep", &dir, &dir.join("f")).unwrap_err();
+    assert!(matches!(e, PlotError::UnknownSweep { .. }));
+    assert!(
+        e.to_string().contains("block-width, indirect-indexing"),
+        "{e}"
+    );
+    let e = plot_sweep("block-width", &dir, &dir.join("f")).unwrap_err();
+    assert!(e.to_string().contains("runs.parquet not found"), "{e}");
+    // A table without a needed column names it.
+    let b = TableBuilder::new(1).str("run_id", s(&["x"])).build();
+    write_batch(&dir.join("runs.parquet"), &b).unwrap();
+    let e = plot_sweep("indirect-indexing", &dir, &dir.join("f")).unwrap_err();
+    assert!(e.to_string().contains("no column `encoding`"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
