@@ -474,10 +474,11 @@ impl LawPlot {
                     .unwrap_or_default();
                 (
                     format!(
-                        "{}: β = {:.2}{ci}, c = {:.2}, R² = {:.2} ({} runs)",
+                        "{}: β = {:.2}{ci}, c = {}, R² = {:.2} ({} runs)",
                         g.group,
                         g.beta,
-                        g.c,
+                        // three significant digits: c spans 0.005 (smoke) to π
+                        fmt_num(format!("{:.2e}", g.c).parse().unwrap_or(g.c)),
                         g.r2,
                         g.points.len()
                     ),
