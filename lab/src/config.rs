@@ -85,6 +85,7 @@ pub const FIELDS: &[&str] = &[
     "key_len",
     "value_len",
     "haystack",
+    "max_grad_norm",
 ];
 
 /// Task family of a run.
@@ -207,6 +208,12 @@ fn default_value_len() -> usize {
 fn default_haystack() -> Haystack {
     Haystack::Noise
 }
+/// Default [`RunConfig::max_grad_norm`]: orders of magnitude above the gradient norms of a
+/// run that trains (clipping is at `grad_clip`, typically 1).
+pub const DEFAULT_MAX_GRAD_NORM: f64 = 1e6;
+fn default_max_grad_norm() -> f64 {
+    DEFAULT_MAX_GRAD_NORM
+}
 
 /// Every setting of one training run. Units: lengths in tokens, `lr` per step.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -310,6 +317,10 @@ pub struct RunConfig {
     /// Needle: haystack, `noise` (random letters) or `pairs` (distractor key:value records).
     #[serde(default = "default_haystack")]
     pub haystack: Haystack,
+    /// Divergence guard: a pre-clip global gradient norm above this stops the run as failed
+    /// (exploding gradients), like a non-finite loss or gradient norm does; 0 disables it.
+    #[serde(default = "default_max_grad_norm")]
+    pub max_grad_norm: f64,
 }
 
 impl RunConfig {
@@ -388,6 +399,7 @@ impl RunConfig {
             ));
         }
         finite_range("tapa_alpha", self.tapa_alpha, 0.0, 10.0)?;
+        finite_range("max_grad_norm", self.max_grad_norm, 0.0, 1e30)?;
         let task = self.task();
         task.validate()
             .map_err(|e| ConfigError::Task(e.to_string()))?;
@@ -606,6 +618,7 @@ pub(crate) mod tests {
             key_len: 3,
             value_len: 4,
             haystack: Haystack::Noise,
+            max_grad_norm: DEFAULT_MAX_GRAD_NORM,
         }
     }
 

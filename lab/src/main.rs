@@ -1,5 +1,6 @@
 //! `lab` command line: parses, calls the library, prints. All logic lives in the `lab` library.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -8,6 +9,7 @@ use clap::{Parser, Subcommand};
 use lab::config::RunConfig;
 use lab::model::scaling::{RopeScaling, ScalingKind, scaled_inv_freq};
 use lab::results::tables::RunMeta;
+use lab::sweep::cluster::{Shard, SlurmOptions, slurm_script};
 use lab::sweep::{self, Backend, SweepOptions};
 
 /// A laboratory for the science of positional encodings in transformers.
@@ -52,6 +54,37 @@ enum Cmd {
         /// Plain log lines instead of a progress bar.
         #[arg(long)]
         no_progress: bool,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
+    /// Show which runs of a sweep are done, running, failed or missing in its results folder.
+    #[command(
+        after_help = "Examples:\n  lab status block-width --preset smoke\n  lab status block-width --out /scratch/bw/shard-2 --shard 2/4"
+    )]
+    Status {
+        /// Sweep name (a file sweeps/<NAME>.toml) or a path to a sweep .toml file.
+        name: String,
+        /// Preset [default: the file's default_preset].
+        #[arg(long)]
+        preset: Option<String>,
+        /// Results folder [default: results/<NAME>].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Only this slice of the grid, i/n.
+        #[arg(long)]
+        shard: Option<Shard>,
+    },
+    /// Merge results folders (e.g. the shards of a sweep) into one: each run once, tables and fit rebuilt.
+    #[command(
+        after_help = "Example:\n  lab merge results/bw/shard-1 results/bw/shard-2 --out results/bw"
+    )]
+    Merge {
+        /// Results folders to merge (each with a runs/ folder).
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Folder to merge into (created if needed; its own runs count).
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Print a task's examples as JSON lines (input, target, mask, parameters; text where the task has one).
     #[command(
@@ -138,6 +171,38 @@ enum Cmd {
         #[arg(long)]
         evals: Option<PathBuf>,
     },
+}
+
+/// `lab sweep` options for failed runs, shards and clusters.
+#[derive(clap::Args)]
+struct ClusterArgs {
+    /// Rerun the runs recorded as failed (divergence, crashed process); others are kept.
+    #[arg(long)]
+    retry_failed: bool,
+    /// Run only slice i of n of the grid (run p is in slice p mod n + 1), e.g. --shard 2/4.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<Shard>,
+    /// Write a Slurm job-array script (one array task per shard) to FILE instead of running.
+    #[arg(long, value_name = "FILE")]
+    emit_slurm: Option<PathBuf>,
+    /// Shards (array tasks) of the emitted Slurm script.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100000))]
+    slurm_shards: u32,
+    /// CPUs per array task (the runs' threads).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    slurm_cpus: u32,
+    /// Memory per array task (Slurm syntax).
+    #[arg(long, default_value = "4G")]
+    slurm_mem: String,
+    /// Time limit per array task (Slurm syntax).
+    #[arg(long, default_value = "02:00:00")]
+    slurm_time: String,
+    /// Partition.
+    #[arg(long)]
+    slurm_partition: Option<String>,
+    /// GPUs per array task.
+    #[arg(long)]
+    slurm_gpus: Option<u32>,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -259,7 +324,17 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // One line: the error and each cause not already spelled out in it (library errors
+            // often include their source in their own message).
+            let mut msg = e.to_string();
+            for cause in e.chain().skip(1) {
+                let c = cause.to_string();
+                if !msg.contains(&c) {
+                    msg.push_str(": ");
+                    msg.push_str(&c);
+                }
+            }
+            eprintln!("error: {}", msg.replace('\n', " "));
             ExitCode::from(2)
         }
     }
@@ -275,6 +350,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             jobs,
             backend,
             no_progress,
+            cluster,
         } => {
             let dir = sweep::sweeps_dir();
             if list {
@@ -302,7 +378,49 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 backend,
                 exe: std::env::current_exe().context("cannot find the lab executable")?,
                 progress: !no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                shard: cluster.shard,
+                retry_failed: cluster.retry_failed,
             };
+            if let Some(file) = &cluster.emit_slurm {
+                // Validate the grid now, not on the cluster.
+                let runs = spec.expand(&opts.preset)?.len();
+                let abs = |p: &std::path::Path| {
+                    std::path::absolute(p)
+                        .with_context(|| format!("cannot resolve {}", p.display()))
+                };
+                let script = slurm_script(
+                    &spec.name,
+                    &abs(&spec.path)?,
+                    &opts.preset,
+                    &abs(&opts.out_dir)?,
+                    &opts.exe,
+                    &SlurmOptions {
+                        shards: cluster.slurm_shards as usize,
+                        cpus_per_task: cluster.slurm_cpus as usize,
+                        mem: cluster.slurm_mem.clone(),
+                        time: cluster.slurm_time.clone(),
+                        partition: cluster.slurm_partition.clone(),
+                        gpus_per_task: cluster.slurm_gpus.map(|g| g as usize),
+                        jobs: opts.jobs,
+                        backend: opts.backend.name().to_string(),
+                    },
+                );
+                // Slurm does not create the folder of --output: make it now.
+                std::fs::create_dir_all(&opts.out_dir).with_context(|| {
+                    format!("cannot create the output folder {}", opts.out_dir.display())
+                })?;
+                lab::results::write_file_atomic(file, script.as_bytes())
+                    .with_context(|| format!("cannot write {}", file.display()))?;
+                eprintln!(
+                    "wrote {}: {} array task(s) over {runs} runs; submit with `sbatch {}`, then `lab merge {}/shard-* --out {}`",
+                    file.display(),
+                    cluster.slurm_shards,
+                    file.display(),
+                    opts.out_dir.display(),
+                    opts.out_dir.display()
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
             let report = sweep::run_sweep(&spec, &opts)?;
             println!("\n{}", report.summary);
             println!(
@@ -314,7 +432,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 report.wall_time_s / 60.0,
                 opts.out_dir.display()
             );
-            Ok(if report.failed > 0 {
+            if report.interrupted > 0 {
+                println!(
+                    "{} run(s) interrupted by a signal: run the same command again to finish them",
+                    report.interrupted
+                );
+            }
+            Ok(if report.failed > 0 || report.interrupted > 0 {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS
@@ -378,6 +502,56 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     "lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "adam_eps": cfg.adam_eps,
                     "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip,
                 })
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Status {
+            name,
+            preset,
+            out,
+            shard,
+        } => {
+            let spec = sweep::find_sweep(&name, &sweep::sweeps_dir())?;
+            let preset = preset.unwrap_or_else(|| spec.default_preset.clone());
+            let mut plan = spec.expand(&preset)?;
+            if let Some(s) = shard {
+                plan = s.select(plan);
+            }
+            let out = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
+            let runs: Vec<(String, String)> = plan
+                .iter()
+                .map(|r| {
+                    let label = r
+                        .axes
+                        .iter()
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    (r.config.run_id(), label)
+                })
+                .collect();
+            let report = sweep::status::status(&out, &runs);
+            // A closed pipe (`| head`) is not an error.
+            let _ = writeln!(
+                std::io::stdout(),
+                "sweep {} (preset {preset}) in {}: {}",
+                spec.name,
+                out.display(),
+                report.text().trim_end()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Merge { dirs, out } => {
+            let r = sweep::status::merge_dirs(&dirs, &out)?;
+            println!("\n{}", r.summary);
+            println!(
+                "merged {} folder(s) into {}: {} finished runs found, {} copied, {} duplicates skipped; {} runs in total",
+                dirs.len(),
+                out.display(),
+                r.found,
+                r.copied,
+                r.duplicates,
+                r.total
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -465,7 +639,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 backend: backend.name().to_string(),
             };
             let every = (cfg.steps / 20).max(1);
-            let outcome = sweep::runner::run_one(
+            let outcome = match sweep::runner::run_one(
                 &cfg,
                 &meta,
                 &out,
@@ -476,7 +650,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         eprintln!("step {step}/{steps} train loss {loss:.4}");
                     }
                 },
-            )?;
+            ) {
+                Ok(o) => o,
+                // The sweep tells a storage failure from a failed run by this exit code.
+                Err(e) if e.is_storage() => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(sweep::runner::EXIT_CANNOT_WRITE));
+                }
+                Err(e) => return Err(e.into()),
+            };
             eprintln!(
                 "{:?} in {:.1} s ({:.1} ms/step)",
                 outcome.status, outcome.wall_time_s, outcome.ms_per_step

@@ -9,7 +9,8 @@
 //!   scale `min(1, c/(‖g‖+1e-6))`), not burn's per-tensor `Norm`.
 //! - Evaluation on the held-out stream with the non-autodiff model (`Module::valid`), at step 0,
 //!   every `eval_every` steps and at the end; each evaluation also runs the frequency probe.
-//! - A non-finite loss or gradient norm stops the run with status `failed`, step and reason.
+//! - A non-finite loss or gradient norm, or a gradient norm above `max_grad_norm` (exploding
+//!   gradients), stops the run with status `failed`, step and reason.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -353,7 +354,8 @@ pub struct StepResult {
 
 /// One training step (forward, backward, global-norm clip, AdamW, projection of constrained
 /// parameters) on `examples`, on the autodiff device `device`. A non-finite loss or gradient
-/// norm returns `Err(reason)` and the model unchanged.
+/// norm, or a gradient norm above `cfg.max_grad_norm` (when > 0), returns `Err(reason)` and the
+/// model unchanged.
 pub fn train_step(
     model: Transformer,
     opt: &mut AdamW,
@@ -376,6 +378,15 @@ pub fn train_step(
     let norm = global_grad_norm(&model, &grads);
     if !norm.is_finite() {
         return (model, Err(format!("non-finite gradient norm ({norm})")));
+    }
+    if cfg.max_grad_norm > 0.0 && norm > cfg.max_grad_norm {
+        return (
+            model,
+            Err(format!(
+                "exploding gradients: norm {norm:.4e} > max_grad_norm = {:e}",
+                cfg.max_grad_norm
+            )),
+        );
     }
     let lr = lr_at(step, cfg);
     let model = opt
@@ -682,5 +693,47 @@ mod tests {
         let lb: Vec<f64> = b.curves.iter().map(|p| p.loss).collect();
         assert_eq!(la, lb);
         assert_eq!(a.spectra, b.spectra);
+    }
+
+    /// A gradient norm above `max_grad_norm` stops the run at that step as failed, with the
+    /// norm in the reason; the curves hold only the steps before it.
+    #[test]
+    fn exploding_gradient_norm_fails_the_run() {
+        let mut c = tiny();
+        c.steps = 10;
+        c.max_grad_norm = 1e-9;
+        let (out, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
+        let RunStatus::Failed { step, reason } = &out.status else {
+            panic!("expected a failed run, got {:?}", out.status);
+        };
+        assert_eq!(*step, 0);
+        assert!(
+            reason.starts_with("exploding gradients: norm ")
+                && reason.ends_with("> max_grad_norm = 1e-9"),
+            "{reason}"
+        );
+        assert!(out.curves.iter().all(|p| p.split == "eval" && p.step == 0));
+    }
+
+    /// Decoupled weight decay with `lr · weight_decay = 100` multiplies every matrix by −99 per
+    /// step: the logits overflow f32 within ~20 steps and the run stops on a non-finite value
+    /// (loss or gradient norm) at the step where it first appears.
+    #[test]
+    fn diverging_run_stops_on_non_finite_values() {
+        let mut c = tiny();
+        c.steps = 60;
+        c.eval_every = 60;
+        c.lr = 10.0;
+        c.weight_decay = 10.0;
+        c.max_grad_norm = 0.0;
+        let (out, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
+        let RunStatus::Failed { step, reason } = &out.status else {
+            panic!("expected a failed run, got {:?}", out.status);
+        };
+        assert!(reason.starts_with("non-finite"), "{reason}");
+        assert!((5..40).contains(step), "failed at step {step}: {reason}");
+        let train_rows = out.curves.iter().filter(|p| p.split == "train").count();
+        assert_eq!(train_rows, *step, "one train row per completed step");
+        assert!(out.curves.iter().all(|p| p.loss.is_finite()));
     }
 }

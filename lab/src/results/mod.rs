@@ -270,7 +270,8 @@ pub fn merge_tables(inputs: &[PathBuf], out: &Path) -> Result<Option<usize>, Res
     Ok(Some(rows))
 }
 
-/// Remove temporary files (`.*.tmp-*`) left in `dir` by a killed writer. Returns how many.
+/// Remove temporaries (`.*.tmp-*` files, and folders of a killed `lab merge` copy) left in
+/// `dir` by a killed writer. Returns how many.
 pub fn clean_temporaries(dir: &Path) -> usize {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -279,12 +280,38 @@ pub fn clean_temporaries(dir: &Path) -> usize {
     for e in entries.flatten() {
         let name = e.file_name();
         let name = name.to_string_lossy();
-        if name.starts_with('.') && name.contains(".tmp-") && std::fs::remove_file(e.path()).is_ok()
-        {
+        if !(name.starts_with('.') && name.contains(".tmp-")) {
+            continue;
+        }
+        let removed = if e.file_type().is_ok_and(|t| t.is_dir()) {
+            std::fs::remove_dir_all(e.path())
+        } else {
+            std::fs::remove_file(e.path())
+        };
+        if removed.is_ok() {
             n += 1;
         }
     }
     n
+}
+
+/// Write `bytes` to `path` atomically: a temporary file in the same folder
+/// (`.<name>.tmp-<pid>`), fsynced, then renamed into place.
+pub fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let result = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
 }
 
 /// Column accessors used when reading tables back.
@@ -433,7 +460,13 @@ mod tests {
         let dir = tmpdir("clean");
         std::fs::write(dir.join(".runs.parquet.tmp-123"), b"partial").unwrap();
         std::fs::write(dir.join("keep.parquet"), b"x").unwrap();
-        assert_eq!(clean_temporaries(&dir), 1);
+        std::fs::create_dir_all(dir.join(".abc.tmp-9/evals")).unwrap();
+        std::fs::write(dir.join(".abc.tmp-9/evals/x"), b"partial").unwrap();
+        assert_eq!(clean_temporaries(&dir), 2);
         assert!(dir.join("keep.parquet").exists());
+        assert!(!dir.join(".abc.tmp-9").exists());
+        write_file_atomic(&dir.join("c.json"), b"{}").unwrap();
+        assert_eq!(std::fs::read(dir.join("c.json")).unwrap(), b"{}");
+        assert_eq!(clean_temporaries(&dir), 0);
     }
 }

@@ -111,6 +111,13 @@ pub enum SweepError {
     /// A backend that is not compiled into this build.
     #[error("{0}")]
     Backend(String),
+    /// A run's data cannot be produced (e.g. a missing corpus), found before any run starts,
+    /// or a run could not write its results (the sweep stopped).
+    #[error("{0}")]
+    Data(String),
+    /// Another `lab sweep` holds the output folder.
+    #[error("{0}")]
+    Busy(String),
     /// Other I/O, with context.
     #[error("{context}: {source}")]
     Io {
@@ -119,6 +126,29 @@ pub enum SweepError {
         /// The cause.
         source: std::io::Error,
     },
+}
+
+/// Exit code of `lab run-one` when the run's results cannot be written (disk full, folder gone):
+/// the sweep stops and records nothing for that run, instead of marking it `failed`.
+pub const EXIT_CANNOT_WRITE: u8 = 3;
+
+impl SweepError {
+    /// Whether this is a failure to read or write files (storage), not of the run itself.
+    pub fn is_storage(&self) -> bool {
+        matches!(
+            self,
+            SweepError::Results(_) | SweepError::Checkpoint(_) | SweepError::Io { .. }
+        )
+    }
+}
+
+/// The last line of a run's log that starts with `error:` (what its process died of).
+fn last_error_line(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .rev()
+        .find(|l| l.starts_with("error:"))
+        .map(|l| l.trim_start_matches("error:").trim().to_string())
 }
 
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> SweepError {
@@ -141,6 +171,10 @@ pub struct SweepOptions {
     pub exe: PathBuf,
     /// Show a progress bar (else plain lines).
     pub progress: bool,
+    /// Run only this slice of the grid (see [`super::cluster::Shard`]).
+    pub shard: Option<super::cluster::Shard>,
+    /// Rerun the runs recorded as `failed` (their tables are removed first).
+    pub retry_failed: bool,
 }
 
 /// What a sweep did.
@@ -154,6 +188,10 @@ pub struct SweepReport {
     pub ran: usize,
     /// Runs of the grid whose status is `failed`.
     pub failed: usize,
+    /// Runs whose process was killed by a signal (not recorded: redone on the next start).
+    pub interrupted: usize,
+    /// Failed runs reset by `retry_failed`.
+    pub retried: usize,
     /// Wall time of this invocation, seconds.
     pub wall_time_s: f64,
     /// Law fits for this preset.
@@ -185,6 +223,11 @@ pub fn run_one(
     std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;
     results::clean_temporaries(dir);
     let device = backend.device()?;
+    // `lab status` and a resumed sweep see this process working on the run.
+    super::status::write_marker(dir, std::process::id()).map_err(io(format!(
+        "cannot write {}",
+        dir.join(super::status::MARKER).display()
+    )))?;
     let (mut out, model) = train::train(cfg, &device, progress);
     crate::checkpoint::save(&model, cfg, dir)?;
     if cfg.task == crate::config::TaskKind::Igsm && out.status == RunStatus::Done {
@@ -206,6 +249,7 @@ pub fn run_one(
     results::write_batch(&dir.join("curves.parquet"), &curves_table(cfg, &out))?;
     results::write_batch(&dir.join("spectrum.parquet"), &spectrum_table(cfg, &out))?;
     results::write_batch(&dir.join("runs.parquet"), &runs_row(cfg, meta, &out))?;
+    super::status::clear_marker(dir);
     Ok(out)
 }
 
@@ -319,28 +363,66 @@ fn short_label(run: &PlannedRun) -> String {
 }
 
 /// Run a sweep (see module docs). Finished runs are skipped; the merged tables, the fit and the
-/// summary cover every finished run of the preset's grid.
+/// summary cover every finished run of the preset's grid (of the shard, with `opts.shard`).
+///
+/// Crash safety: the output folder is locked against a second `lab sweep` (an advisory lock
+/// that dies with the process); temporaries of killed writers are removed on start; a run
+/// whose process is killed by a signal is not recorded (redone on the next start), one that
+/// exits with an error is recorded `failed`; a run still held by a live `lab run-one` from an
+/// earlier, killed sweep is waited for instead of being started twice.
 pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, SweepError> {
     // A backend missing from this build fails here, once, not in every child run.
     opts.backend.device()?;
     let start = Instant::now();
-    let plan = spec.expand(&opts.preset)?;
+    let mut plan = spec.expand(&opts.preset)?;
+    if let Some(shard) = opts.shard {
+        plan = shard.select(plan);
+    }
     let out_dir = &opts.out_dir;
     std::fs::create_dir_all(out_dir.join("runs")).map_err(io(format!(
         "cannot create the output folder {}",
         out_dir.display()
     )))?;
+    let _lock = lock_out_dir(out_dir)?;
     results::clean_temporaries(out_dir);
+    results::clean_temporaries(&out_dir.join("runs"));
+    // Finished runs too: a killed `lab eval` or crash record leaves temporaries there.
+    for e in std::fs::read_dir(out_dir.join("runs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        results::clean_temporaries(&e.path());
+        results::clean_temporaries(&e.path().join("evals"));
+    }
     let meta = RunMeta {
         sweep: spec.name.clone(),
         preset: opts.preset.clone(),
         backend: opts.backend.name().to_string(),
     };
+    let mut retried = 0;
+    if opts.retry_failed {
+        for r in &plan {
+            let id = r.config.run_id();
+            if matches!(
+                super::status::run_state(out_dir, &id),
+                super::status::RunState::Failed { .. }
+            ) {
+                let dir = run_dir(out_dir, &id);
+                for t in ["runs", "curves", "spectrum"] {
+                    let _ = std::fs::remove_file(dir.join(format!("{t}.parquet")));
+                }
+                let _ = std::fs::remove_dir_all(dir.join("evals"));
+                retried += 1;
+            }
+        }
+    }
     let todo: Vec<PlannedRun> = plan
         .iter()
         .filter(|r| !is_finished(out_dir, &r.config.run_id()))
         .cloned()
         .collect();
+    preflight(&todo)?;
     let skipped = plan.len() - todo.len();
     let jobs = opts.jobs.max(1);
     let cores = std::thread::available_parallelism()
@@ -369,80 +451,77 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
         }
     };
     say(format!(
-        "sweep {} (preset {}): {} runs, {} already finished, {} to run with {} job(s) × {} thread(s) → {}",
+        "sweep {} (preset {}{}): {} runs, {} already finished{}, {} to run with {} job(s) × {} thread(s) → {}",
         spec.name,
         opts.preset,
+        opts.shard
+            .map(|s| format!(", shard {s}"))
+            .unwrap_or_default(),
         plan.len(),
         skipped,
+        if retried > 0 {
+            format!(" ({retried} failed run(s) reset for a retry)")
+        } else {
+            String::new()
+        },
         todo.len(),
         jobs,
         threads,
         out_dir.display()
     ));
+    if jobs > cores {
+        say(format!(
+            "note: --jobs {jobs} > {cores} cores: runs share cores (1 thread each)"
+        ));
+    }
 
-    let mut queue = todo.into_iter();
+    // Runs still held by a live process of an earlier (killed) sweep: wait for them.
+    let mut foreign: Vec<(PlannedRun, String, u32)> = Vec::new();
+    let mut queue_runs = Vec::new();
+    for run in todo {
+        let id = run.config.run_id();
+        match super::status::live_marker(&run_dir(out_dir, &id)) {
+            Some(m) if m.host == super::status::host_name() => {
+                say(format!(
+                    "  … {}: still running in process {} (from an earlier start): waiting for it",
+                    short_label(&run),
+                    m.pid
+                ));
+                foreign.push((run, id, m.pid));
+            }
+            _ => queue_runs.push(run),
+        }
+    }
+    let mut queue = std::collections::VecDeque::from(queue_runs);
     let mut running: Vec<Running> = Vec::new();
     let mut ran = 0;
+    let mut interrupted = 0;
+    let mut storage_failure: Option<String> = None;
     loop {
         while running.len() < jobs {
-            let Some(run) = queue.next() else { break };
-            let id = run.config.run_id();
-            let dir = run_dir(out_dir, &id);
-            std::fs::create_dir_all(&dir)
-                .map_err(io(format!("cannot create {}", dir.display())))?;
-            results::clean_temporaries(&dir);
-            let config_path = dir.join("config.json");
-            std::fs::write(
-                &config_path,
-                serde_json::to_string_pretty(&run.config).unwrap(),
-            )
-            .map_err(io(format!("cannot write {}", config_path.display())))?;
-            let evals_path = dir.join("evals.json");
-            if !run.evals.is_empty() {
-                std::fs::write(
-                    &evals_path,
-                    serde_json::to_string_pretty(&run.evals).unwrap(),
-                )
-                .map_err(io(format!("cannot write {}", evals_path.display())))?;
-            }
-            let log = std::fs::File::create(dir.join("log.txt")).map_err(io(format!(
-                "cannot write {}",
-                dir.join("log.txt").display()
-            )))?;
-            let mut cmd = Command::new(&opts.exe);
-            cmd.arg("run-one");
-            if !run.evals.is_empty() {
-                cmd.arg("--evals").arg(&evals_path);
-            }
-            let child = cmd
-                .arg("--config")
-                .arg(&config_path)
-                .arg("--out")
-                .arg(&dir)
-                .arg("--sweep")
-                .arg(&spec.name)
-                .arg("--preset")
-                .arg(&opts.preset)
-                .arg("--backend")
-                .arg(opts.backend.name())
-                .env("RAYON_NUM_THREADS", threads.to_string())
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().map_err(io("cannot open the run log"))?)
-                .stderr(log)
-                .spawn()
-                .map_err(io(format!("cannot start {}", opts.exe.display())))?;
+            let Some(run) = queue.pop_front() else { break };
+            running.push(spawn_run(spec, opts, &run, threads)?);
             bar.set_message(short_label(&run));
-            running.push(Running {
-                child,
-                run,
-                id,
-                started: Instant::now(),
-            });
         }
-        if running.is_empty() {
+        if running.is_empty() && foreign.is_empty() {
             break;
         }
         std::thread::sleep(Duration::from_millis(50));
+        let mut i = 0;
+        while i < foreign.len() {
+            let dir = run_dir(out_dir, &foreign[i].1);
+            if super::status::live_marker(&dir).is_some_and(|m| m.pid == foreign[i].2) {
+                i += 1;
+                continue;
+            }
+            let (run, id, _) = foreign.swap_remove(i);
+            if is_finished(out_dir, &id) {
+                ran += 1;
+                bar.inc(1);
+            } else {
+                queue.push_back(run);
+            }
+        }
         let mut i = 0;
         while i < running.len() {
             let status = running[i]
@@ -455,7 +534,34 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
             };
             let r = running.swap_remove(i);
             let dir = run_dir(out_dir, &r.id);
+            super::status::clear_marker(&dir);
             if !dir.join("runs.parquet").is_file() {
+                use std::os::unix::process::ExitStatusExt;
+                if status.code() == Some(EXIT_CANNOT_WRITE as i32) {
+                    // Storage, not the run: start nothing more, record nothing for it.
+                    queue.clear();
+                    storage_failure.get_or_insert_with(|| {
+                        format!(
+                            "run {} ({}) could not write its results: {}; nothing was recorded for it and finished runs are intact: free space or fix {} and run the sweep again",
+                            r.id,
+                            short_label(&r.run),
+                            last_error_line(&dir.join("log.txt"))
+                                .unwrap_or_else(|| format!("its process exited ({status})")),
+                            out_dir.display()
+                        )
+                    });
+                    continue;
+                }
+                if let Some(sig) = status.signal() {
+                    // Killed from outside (Ctrl-C, kill, OOM killer, preemption): not the
+                    // run's fault; leave it missing so the next start redoes it.
+                    interrupted += 1;
+                    say(format!(
+                        "  ! {}: run process killed by signal {sig}; not recorded, redone on the next start",
+                        short_label(&r.run)
+                    ));
+                    continue;
+                }
                 record_crash(
                     &r.run.config,
                     &meta,
@@ -472,6 +578,9 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
         }
     }
     bar.finish_and_clear();
+    if let Some(message) = storage_failure {
+        return Err(SweepError::Data(message));
+    }
 
     let ids: Vec<String> = plan.iter().map(|r| r.config.run_id()).collect();
     let (fits, summary, failed) = collect(spec, &opts.preset, out_dir, &ids)?;
@@ -480,9 +589,121 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
         skipped,
         ran,
         failed,
+        interrupted,
+        retried,
         wall_time_s: start.elapsed().as_secs_f64(),
         fits,
         summary,
+    })
+}
+
+/// Take the output folder's advisory lock (`.sweep.lock`), held until the returned file is
+/// dropped or the process dies.
+fn lock_out_dir(out_dir: &Path) -> Result<std::fs::File, SweepError> {
+    let path = out_dir.join(".sweep.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io(format!("cannot create {}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(SweepError::Busy(format!(
+            "another `lab sweep` is writing to {}; wait for it to finish or choose another --out",
+            out_dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(SweepError::Io {
+            context: format!("cannot lock {}", path.display()),
+            source: e,
+        }),
+    }
+}
+
+/// Check, before any run starts, that every task of `runs` can produce its data (one training
+/// example of the first run of each distinct task config): a missing corpus is one error line
+/// now, not a failure in every run.
+fn preflight(runs: &[PlannedRun]) -> Result<(), SweepError> {
+    let mut seen = std::collections::HashSet::new();
+    for r in runs {
+        let key = format!("{:?}", r.config.task());
+        if !seen.insert(key) {
+            continue;
+        }
+        if let Err(e) = r
+            .config
+            .task()
+            .batch(r.config.seed, tasks::Split::Train, 0, 1)
+        {
+            return Err(SweepError::Data(format!(
+                "{} task ({}): {e}",
+                r.config.task.name(),
+                short_label(r)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Start the process of one run (`lab run-one`), with its config, log and marker in its folder.
+fn spawn_run(
+    spec: &SweepSpec,
+    opts: &SweepOptions,
+    run: &PlannedRun,
+    threads: usize,
+) -> Result<Running, SweepError> {
+    let id = run.config.run_id();
+    let dir = run_dir(&opts.out_dir, &id);
+    std::fs::create_dir_all(&dir).map_err(io(format!("cannot create {}", dir.display())))?;
+    results::clean_temporaries(&dir);
+    results::clean_temporaries(&dir.join("evals"));
+    let config_path = dir.join("config.json");
+    results::write_file_atomic(
+        &config_path,
+        serde_json::to_string_pretty(&run.config)
+            .unwrap()
+            .as_bytes(),
+    )
+    .map_err(io(format!("cannot write {}", config_path.display())))?;
+    let evals_path = dir.join("evals.json");
+    if !run.evals.is_empty() {
+        results::write_file_atomic(
+            &evals_path,
+            serde_json::to_string_pretty(&run.evals).unwrap().as_bytes(),
+        )
+        .map_err(io(format!("cannot write {}", evals_path.display())))?;
+    }
+    let log = std::fs::File::create(dir.join("log.txt")).map_err(io(format!(
+        "cannot write {}",
+        dir.join("log.txt").display()
+    )))?;
+    let mut cmd = Command::new(&opts.exe);
+    cmd.arg("run-one");
+    if !run.evals.is_empty() {
+        cmd.arg("--evals").arg(&evals_path);
+    }
+    let child = cmd
+        .arg("--config")
+        .arg(&config_path)
+        .arg("--out")
+        .arg(&dir)
+        .arg("--sweep")
+        .arg(&spec.name)
+        .arg("--preset")
+        .arg(&opts.preset)
+        .arg("--backend")
+        .arg(opts.backend.name())
+        .env("RAYON_NUM_THREADS", threads.to_string())
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(io("cannot open the run log"))?)
+        .stderr(log)
+        .spawn()
+        .map_err(io(format!("cannot start {}", opts.exe.display())))?;
+    Ok(Running {
+        child,
+        run: run.clone(),
+        id,
+        started: Instant::now(),
     })
 }
 
@@ -530,6 +751,16 @@ struct RunRecord {
 /// `fit.parquet`, and build the summary text. Returns `(fits, summary, failed count)`.
 pub fn collect(
     spec: &SweepSpec,
+    preset: &str,
+    out_dir: &Path,
+    ids: &[String],
+) -> Result<(Vec<FitRow>, String, usize), SweepError> {
+    collect_named(&spec.name, preset, out_dir, ids)
+}
+
+/// [`collect`] for the sweep named `sweep_name` (e.g. read from a `runs` table by `lab merge`).
+pub fn collect_named(
+    sweep_name: &str,
     preset: &str,
     out_dir: &Path,
     ids: &[String],
@@ -628,7 +859,7 @@ pub fn collect(
     for ((enc, var), pts) in &groups {
         if let Some(fit) = fit_law(pts, 2000, 0) {
             fits.push(FitRow {
-                sweep: spec.name.clone(),
+                sweep: sweep_name.to_string(),
                 preset: preset.to_string(),
                 group: format!("{enc}/{var}"),
                 encoding: enc.clone(),

@@ -222,6 +222,30 @@ pub fn did_you_mean<'a>(key: &str, candidates: impl IntoIterator<Item = &'a str>
         .unwrap_or_default()
 }
 
+/// serde's "unknown field `x`, expected one of `a`, `b`" and "unknown variant `x`, expected
+/// ..." messages, with the closest expected name appended (`; did you mean `a`?`); other
+/// messages unchanged. Newlines become spaces (one line).
+pub fn hint_unknown(message: &str) -> String {
+    let message = message.replace('\n', " ");
+    let message = message.trim_end();
+    let Some(rest) = message
+        .strip_prefix("unknown field `")
+        .or_else(|| message.strip_prefix("unknown variant `"))
+    else {
+        return message.to_string();
+    };
+    let Some((key, tail)) = rest.split_once('`') else {
+        return message.to_string();
+    };
+    let candidates: Vec<&str> = tail
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|c| !c.is_empty())
+        .collect();
+    format!("{message}{}", did_you_mean(key, candidates))
+}
+
 fn syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> SpecError {
     let (line, column) = e
         .span()
@@ -236,7 +260,7 @@ fn syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> SpecError {
         path: path.to_path_buf(),
         line,
         column,
-        message: e.message().replace('\n', " "),
+        message: hint_unknown(e.message()),
     }
 }
 
@@ -408,7 +432,7 @@ impl SweepSpec {
                 };
                 let config: RunConfig = toml::Value::Table(table)
                     .try_into()
-                    .map_err(|e: toml::de::Error| invalid(e.message().replace('\n', " ")))?;
+                    .map_err(|e: toml::de::Error| invalid(hint_unknown(e.message())))?;
                 config.validate().map_err(|e| invalid(e.to_string()))?;
                 runs.push(PlannedRun {
                     config,
@@ -613,6 +637,26 @@ grid = { block_len = [4] }
             err.contains("unknown preset `nope`; available presets: q"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn unknown_section_and_value_suggest_closest() {
+        let err = parse("[gird]\nblock_len = [4]\n").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "sweeps/t.toml:30:2: unknown field `gird`, expected one of `description`, `default_preset`, `base`, `grid`, `arms`, `presets`, `evals`; did you mean `grid`?"
+        );
+        let err = parse("[grid]\nencoding = [\"ropee\"]\n[presets.q]\n")
+            .unwrap()
+            .expand("q")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("sweeps/t.toml: preset q, encoding = ropee: unknown variant `ropee`, expected one of"),
+            "{err}"
+        );
+        assert!(err.ends_with("; did you mean `rope`?"), "{err}");
+        assert_eq!(hint_unknown("invalid type: string"), "invalid type: string");
     }
 
     #[test]

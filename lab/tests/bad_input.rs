@@ -1,0 +1,285 @@
+//! Bad input to `lab sweep` (issue 8): each case gives one clear `error:` line, exit code 2,
+//! and leaves the output folder as it was (not created, or its results intact).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+/// block-width.toml with `from` replaced by `to`, written to `dir/name`.
+fn edited_sweep(dir: &Path, name: &str, from: &str, to: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let text = std::fs::read_to_string(repo_root().join("sweeps/block-width.toml")).unwrap();
+    assert!(text.contains(from), "block-width.toml has no `{from}`");
+    let path = dir.join(name);
+    std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+    path
+}
+
+/// Line (1-based) of block-width.toml holding `needle`.
+fn line_of(needle: &str) -> usize {
+    let text = std::fs::read_to_string(repo_root().join("sweeps/block-width.toml")).unwrap();
+    text.lines().position(|l| l.contains(needle)).unwrap() + 1
+}
+
+/// Run `lab sweep FILE --preset P --out OUT`, expect exit 2 and exactly one stderr line;
+/// returns it. OUT must not be created.
+fn one_line_error(file: &Path, preset: &str, out: &Path) -> String {
+    let o = lab()
+        .arg("sweep")
+        .arg(file)
+        .args(["--preset", preset, "--no-progress", "--out"])
+        .arg(out)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(!out.exists(), "the output folder was created");
+    eprintln!("{}", stderr.trim_end());
+    stderr.trim_end().to_string()
+}
+
+#[test]
+fn malformed_toml_reports_file_line_and_column() {
+    let dir = tmp("syntax");
+    // An unclosed array: the parser notices at the start of the next line.
+    let f = edited_sweep(
+        &dir,
+        "bad.toml",
+        "block_len = [4, 8, 16, 32, 64]",
+        "block_len = [4, 8, 16, 32, 64",
+    );
+    let line = line_of("block_len = [4, 8, 16, 32, 64]") + 1;
+    let err = one_line_error(&f, "smoke", &dir.join("out"));
+    assert_eq!(
+        err,
+        format!(
+            "error: {}:{line}:1: missing comma between array elements, expected `,`",
+            f.display()
+        )
+    );
+    // A key given twice.
+    let f = edited_sweep(
+        &dir,
+        "bad2.toml",
+        "steps = 300\n",
+        "steps = 300\nsteps = 20\n",
+    );
+    let line = line_of("steps = 300") + 1;
+    let err = one_line_error(&f, "smoke", &dir.join("out"));
+    assert_eq!(
+        err,
+        format!("error: {}:{line}:1: duplicate key", f.display())
+    );
+}
+
+#[test]
+fn unknown_key_suggests_the_closest_valid_key() {
+    let dir = tmp("unknown-key");
+    let f = edited_sweep(&dir, "bad.toml", "block_len = 8\n", "blok_len = 8\n");
+    let err = one_line_error(&f, "smoke", &dir.join("out"));
+    assert_eq!(
+        err,
+        format!(
+            "error: {}: unknown key `blok_len` in [base]; did you mean `block_len`?",
+            f.display()
+        )
+    );
+    // A misspelt section.
+    let f = edited_sweep(&dir, "bad2.toml", "[grid]", "[gird]");
+    let line = line_of("[grid]");
+    let err = one_line_error(&f, "smoke", &dir.join("out"));
+    assert_eq!(
+        err,
+        format!(
+            "error: {}:{line}:2: unknown field `gird`, expected one of `description`, `default_preset`, `base`, `grid`, `arms`, `presets`, `evals`; did you mean `grid`?",
+            f.display()
+        )
+    );
+    // A misspelt value (of a field no preset overrides).
+    let f = edited_sweep(
+        &dir,
+        "bad3.toml",
+        "pair_layout = \"adjacent\"",
+        "pair_layout = \"adjacnt\"",
+    );
+    let err = one_line_error(&f, "smoke", &dir.join("out"));
+    assert_eq!(
+        err,
+        format!(
+            "error: {}: preset smoke, block_len = 4, variant = copy, encoding = rope, seed = 0: unknown variant `adjacnt`, expected `adjacent` or `rotate-half`; did you mean `adjacent`?",
+            f.display()
+        )
+    );
+}
+
+#[test]
+fn out_of_range_values_name_the_field_and_range() {
+    let dir = tmp("range");
+    let f = edited_sweep(&dir, "bad.toml", "noise = 0.0", "noise = 1.5");
+    let err = one_line_error(&f, "smoke", &dir.join("out"));
+    assert_eq!(
+        err,
+        format!(
+            "error: {}: preset smoke, block_len = 4, variant = copy, encoding = rope, seed = 0: noise = 1.5 is out of range: must be in 0.0..=1.0",
+            f.display()
+        )
+    );
+    let f = edited_sweep(&dir, "bad2.toml", "lr = 0.003", "lr = -0.003");
+    let err = one_line_error(&f, "smoke", &dir.join("out"));
+    assert!(
+        err.ends_with("lr = -0.003 is out of range: must be in (0, 10]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn empty_grid_is_an_error() {
+    let dir = tmp("empty");
+    let f = edited_sweep(
+        &dir,
+        "bad.toml",
+        "grid = { block_len = [4, 16] }",
+        "grid = { block_len = [] }",
+    );
+    let err = one_line_error(&f, "smoke", &dir.join("out"));
+    assert_eq!(
+        err,
+        format!(
+            "error: {}: preset `smoke` has an empty grid (an axis with no values)",
+            f.display()
+        )
+    );
+}
+
+#[test]
+fn unwritable_output_folder() {
+    let dir = tmp("unwritable");
+    std::fs::create_dir_all(&dir).unwrap();
+    // A path through a regular file.
+    std::fs::write(dir.join("file"), b"x").unwrap();
+    let out = dir.join("file").join("out");
+    let o = smoke(&out, &[]);
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "error: cannot create the output folder {}: Not a directory (os error 20)",
+            out.display()
+        )
+    );
+    assert_eq!(std::fs::read(dir.join("file")).unwrap(), b"x");
+    // A read-only file system (root ignores permission bits, so a read-only mount).
+    let ro = dir.join("ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    let Some(_mount) = Mount::tmpfs(&ro, "size=1m,ro") else {
+        eprintln!("skipped the read-only case: cannot mount a tmpfs here");
+        return;
+    };
+    let out = ro.join("out");
+    let o = smoke(&out, &[]);
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "error: cannot create the output folder {}: Read-only file system (os error 30)",
+            out.display()
+        )
+    );
+    eprintln!("{}", stderr.trim_end());
+}
+
+/// A tmpfs mounted for a test, unmounted on drop.
+struct Mount(PathBuf);
+
+impl Mount {
+    fn tmpfs(at: &Path, options: &str) -> Option<Mount> {
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+            .arg(at)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then(|| Mount(at.to_path_buf()))
+    }
+
+    fn remount(&self, options: &str) {
+        let s = std::process::Command::new("mount")
+            .args(["-o", &format!("remount,{options}")])
+            .arg(&self.0)
+            .status()
+            .unwrap();
+        assert!(s.success());
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The disk fills up in the middle of a sweep (a 512 KiB tmpfs): the sweep stops with one
+/// error line naming the run and the cause, records nothing as failed, leaves every Parquet
+/// file readable; with space again the same command finishes, equal to an uninterrupted sweep.
+#[test]
+fn full_disk_mid_sweep() {
+    let dir = tmp("full");
+    std::fs::create_dir_all(&dir).unwrap();
+    let Some(mount) = Mount::tmpfs(&dir, "size=512k") else {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    };
+    let out = dir.join("out");
+    let o = smoke(&out, &[]);
+    let (stdout, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{stdout}\n{stderr}");
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert_eq!(stderr.lines().last(), Some(errors[0]));
+    assert!(
+        errors[0].contains("No space left on device"),
+        "{}",
+        errors[0]
+    );
+    eprintln!("{}", errors[0]);
+    let finished = std::fs::read_dir(out.join("runs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("runs.parquet").is_file())
+        .count();
+    assert!(finished > 0 && finished < 20, "{finished} runs finished");
+    check_all_parquet(&out);
+    // Nothing recorded as failed because of the disk.
+    let status = lab()
+        .args(["status", "block-width", "--preset", "smoke", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let (s, _) = text(&status);
+    assert!(
+        s.contains(&format!(
+            "20 runs: {finished} done, 0 running, 0 failed, {} missing",
+            20 - finished
+        )),
+        "{s}"
+    );
+    mount.remount("size=64m");
+    let o = smoke(&out, &[]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!(
+            "20 runs ({} run now, {finished} already finished, 0 failed)",
+            20 - finished
+        )),
+        "{stdout}"
+    );
+    assert_eq!(temporaries(&out), Vec::<PathBuf>::new());
+    assert_same_results(reference(), &out);
+    drop(mount);
+}
