@@ -8,7 +8,7 @@ THREADS ?= 2
 SWEEPS ?= block-width indirect-indexing pi-self-similarity length-extrapolation igsm-ops
 LAB ?= ./target/release/lab
 
-.PHONY: test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data
+.PHONY: slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data
 
 help:
 	@echo "make test           install the test's Python deps (polars), then cargo test --release"
@@ -24,6 +24,7 @@ help:
 	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu (lavapipe without a GPU)"
 	@echo "make check-cuda     type-check the cuda feature without a GPU (skips cubecl-llvm's LLVM download)"
 	@echo "make bench-gpu      NVIDIA machine: cube kernels vs PyTorch SDPA / FlexAttention (bench/gpu.sh)"
+	@echo "make slurm-test     root: single-node Slurm on localhost runs the emitted job array (smoke), merged == local"
 
 build:
 	$(CARGO) build --release --workspace
@@ -44,6 +45,14 @@ test-wgpu-fusion:
 
 bench-gpu:
 	bash bench/gpu.sh
+
+# `lab sweep --emit-slurm` for real: scripts/slurm-local.sh installs Debian's slurmctld, slurmd and
+# munge if needed (root), starts them on localhost in a temporary folder, submits the block-width
+# smoke sweep as a 3-task job array, merges the shards and checks the tables equal a local run.
+slurm-test:
+	$(CARGO) build --release -p lab
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
+	LAB=$(CURDIR)/target/release/lab bash scripts/slurm-local.sh test
 
 # Type-check the CUDA build without a GPU or toolkit. DOCS_RS=1 makes cubecl-llvm's build script
 # skip downloading its LLVM bundle (this machine has no network beyond the package registries);
