@@ -29,7 +29,7 @@ EXPECTED = {
         "pope_delta_init": S, "tapa_rho": F64, "tapa_alpha": F64, "tapa_phase": S,
         "min_letters": I64, "max_letters": I64, "max_shift": I64, "train_examples": I64, "attention": S,
         "ops": I64, "distractors": I64, "needle_depth": F64, "key_len": I64, "value_len": I64,
-        "haystack": S,
+        "haystack": S, "max_grad_norm": F64,
         "final_train_loss": F64, "final_eval_loss": F64, "final_eval_accuracy": F64,
         "answer_accuracy": F64, "solution_valid": F64,
         "init_eval_loss": F64, "effective_freq": F64, "effective_freq_init": F64,
