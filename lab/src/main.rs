@@ -405,12 +405,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         backend: opts.backend.name().to_string(),
                     },
                 );
+                lab::results::write_file_atomic(file, script.as_bytes())
+                    .with_context(|| format!("cannot write {}", file.display()))?;
                 // Slurm does not create the folder of --output: make it now.
                 std::fs::create_dir_all(&opts.out_dir).with_context(|| {
                     format!("cannot create the output folder {}", opts.out_dir.display())
                 })?;
-                lab::results::write_file_atomic(file, script.as_bytes())
-                    .with_context(|| format!("cannot write {}", file.display()))?;
                 eprintln!(
                     "wrote {}: {} array task(s) over {runs} runs; submit with `sbatch {}`, then `lab merge {}/shard-* --out {}`",
                     file.display(),
