@@ -22,6 +22,13 @@
 //! - [`needle`]: needle retrieval (TAPA/RULER style): a `key:value;` needle at a chosen relative
 //!   depth in a haystack of noise letters or distractor records, queried at the end of a
 //!   `seq_len`-token context; the value tokens are scored.
+//! - [`corpus`]: real corpora (Shakespeare, the E. coli genome, Bach chorales) fetched from the
+//!   package registries into `data/` and converted to token streams; [`granularity`]: bytes,
+//!   characters, words, k-mers, BPE (HF `tokenizers`), chorale tokens and frames.
+//! - [`text`]: language modelling on a corpus (windows of its token stream, held-out split by
+//!   position).
+//! - [`mi`]: mutual-information profiles `I(r)` of token streams and of tasks (Miller–Madow /
+//!   Grassberger, shuffled baseline, dependency width, decay fit, collapse across granularities).
 //!
 //! # Random streams
 //!
@@ -45,9 +52,13 @@
 #![warn(missing_docs)]
 
 pub mod block;
+pub mod corpus;
+pub mod granularity;
 pub mod igsm;
 pub mod indirect;
+pub mod mi;
 pub mod needle;
+pub mod text;
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
