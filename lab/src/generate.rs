@@ -68,6 +68,41 @@ fn with_params(task: &str, params: &[String]) -> Result<Value, GenError> {
     Ok(v)
 }
 
+/// `n` examples (ids, targets, masks) of `task` with `key=value` parameters over the same
+/// defaults as [`gen_lines`], from `split` and `seed` (used by `lab mi --task`).
+///
+/// # Errors
+/// [`GenError`] for an unknown task or a bad parameter.
+pub fn task_examples(
+    task: &str,
+    params: &[String],
+    n: usize,
+    seed: u64,
+    split: Split,
+) -> Result<Vec<tasks::Example>, GenError> {
+    let p = with_params(task, params)?;
+    let bad = |e: serde_json::Error| GenError::Param(e.to_string());
+    Ok(match task {
+        "block" => {
+            let cfg: BlockConfig = serde_json::from_value(p).map_err(bad)?;
+            cfg.batch(seed, split, 0, n)?
+        }
+        "indirect" => {
+            let cfg: IndirectConfig = serde_json::from_value(p).map_err(bad)?;
+            cfg.batch(seed, split, 0, n)?
+        }
+        "igsm" => {
+            let cfg: IgsmConfig = serde_json::from_value(p).map_err(bad)?;
+            cfg.batch(seed, split, 0, n)?
+        }
+        "needle" => {
+            let cfg: NeedleConfig = serde_json::from_value(p).map_err(bad)?;
+            cfg.batch(seed, split, 0, n)?
+        }
+        other => return Err(GenError::UnknownTask(other.to_string())),
+    })
+}
+
 /// `n` examples of `task` from `split` and `seed`, one JSON object per line.
 pub fn gen_lines(
     task: &str,

@@ -6,7 +6,8 @@
 //! ([`results`]); the sweep then fits the law θ* ∝ 1/W ([`analysis`]). Trained runs are
 //! checkpoints ([`checkpoint`]) that [`eval`] evaluates at other lengths with any RoPE scaling
 //! ([`model::scaling`]); [`generate`] prints any task's examples; [`kernels`] holds the fused
-//! attention kernels; [`plot`] draws each sweep's figures.
+//! attention kernels; [`plot`] draws each sweep's figures; [`mi`] measures the data's
+//! mutual-information profiles (`lab mi`).
 
 #![warn(missing_docs)]
 
@@ -17,6 +18,7 @@ pub mod decode;
 pub mod eval;
 pub mod generate;
 pub mod kernels;
+pub mod mi;
 pub mod model;
 pub mod plot;
 pub mod probe;

