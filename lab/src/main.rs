@@ -928,18 +928,26 @@ fn run_mi_sweep(
     let reqs = spec.requests(&preset, std::path::Path::new("data"))?;
     let out_dir = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
     let t0 = std::time::Instant::now();
-    let results = lab::mi::run_mi_sweep(&reqs, &out_dir, &mut |r| {
+    let report = lab::mi::run_mi_sweep(&reqs, &out_dir, &mut |r| {
         eprintln!(
             "{} {}: {} tokens, W = {:?}, {:.1} s",
             r.corpus, r.granularity, r.n_tokens, r.profile.dep_width, r.wall_time_s
         )
     })?;
-    println!("\n{}", lab::mi::summary_lines(&results));
+    println!("\n{}", lab::mi::summary_lines(&report.results));
+    for (what, e) in &report.failures {
+        println!("failed: {what}: {e}");
+    }
     println!(
-        "{} profiles in {:.1} s; tables in {}",
-        results.len(),
+        "{} profiles ({} failed) in {:.1} s; tables in {}",
+        report.results.len(),
+        report.failures.len(),
         t0.elapsed().as_secs_f64(),
         out_dir.display()
     );
-    Ok(ExitCode::SUCCESS)
+    Ok(if report.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

@@ -619,21 +619,46 @@ impl MiSweep {
     }
 }
 
-/// Run an MI sweep: every request in order, then write `mi.parquet` and `mi_summary.parquet`
-/// under `out_dir`. Returns the results (with collapse errors).
+/// What [`run_mi_sweep`] produced.
+#[derive(Debug)]
+pub struct MiSweepReport {
+    /// The computed profiles (with collapse errors), in request order.
+    pub results: Vec<MiResult>,
+    /// The profiles that failed: a description of the request and the one-line error.
+    pub failures: Vec<(String, String)>,
+}
+
+/// Run an MI sweep: every request in order (a failing profile is reported and skipped), then
+/// write `mi.parquet` and `mi_summary.parquet` under `out_dir` with the profiles that worked.
 ///
 /// # Errors
-/// The first failing profile's [`MiError`], or a table-writing error.
+/// A table-writing error.
 pub fn run_mi_sweep(
     reqs: &[MiRequest],
     out_dir: &Path,
     log: &mut dyn FnMut(&MiResult),
-) -> Result<Vec<MiResult>, MiError> {
+) -> Result<MiSweepReport, MiError> {
     let mut results = Vec::with_capacity(reqs.len());
+    let mut failures = Vec::new();
     for r in reqs {
-        let res = compute(r)?;
-        log(&res);
-        results.push(res);
+        match compute(r) {
+            Ok(res) => {
+                log(&res);
+                results.push(res);
+            }
+            Err(e) => {
+                let what = match &r.source {
+                    MiSource::Corpus(c) => {
+                        format!("{c} {}", r.granularity.as_deref().unwrap_or(""))
+                    }
+                    MiSource::Input(p) => p.display().to_string(),
+                    MiSource::Task { task, .. } => {
+                        r.label.clone().unwrap_or_else(|| format!("task:{task}"))
+                    }
+                };
+                failures.push((what, e.to_string()));
+            }
+        }
     }
     fill_collapse(&mut results);
     write_batch(&out_dir.join("mi.parquet"), &mi_table(&results))?;
@@ -641,7 +666,7 @@ pub fn run_mi_sweep(
         &out_dir.join("mi_summary.parquet"),
         &summary_table(&results),
     )?;
-    Ok(results)
+    Ok(MiSweepReport { results, failures })
 }
 
 // ---- width of a corpus for training runs, and the law's recommendation ----
