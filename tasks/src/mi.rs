@@ -8,7 +8,7 @@
 //! // a period-2 sequence: x_{t+r} is a function of x_t at every lag
 //! let x: Vec<u32> = (0..1000).map(|t| (t % 2) as u32).collect();
 //! let p = profile_stream(&x, &MiConfig { max_lag: 4, ..MiConfig::default() })?;
-//! assert!((p.plug_in[0] - std::f64::consts::LN_2).abs() < 1e-12);
+//! assert!((p.plug_in[0] - std::f64::consts::LN_2).abs() < 1e-5); // 500 vs 499 ones: not exactly ln 2
 //! assert!(p.significant.iter().all(|&s| s));
 //! # Ok::<(), tasks::TaskError>(())
 //! ```
