@@ -5,7 +5,7 @@ PRESET ?= quick
 THREADS ?= 2
 
 # Sweeps with figures, in the order `make reproduce` runs them (mi-profiles needs `make data`).
-SWEEPS ?= block-width indirect-indexing pi-self-similarity length-extrapolation igsm-ops mi-profiles
+SWEEPS ?= block-width indirect-indexing pi-self-similarity length-extrapolation igsm-ops mi-profiles real-sequences
 LAB ?= ./target/release/lab
 
 .PHONY: slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
@@ -86,7 +86,7 @@ bench-torch: build
 
 # Figures from the results already on disk; sweeps without results are skipped with a note.
 figures: build
-	@for s in $(SWEEPS) mi-profiles; do \
+	@for s in $(SWEEPS); do \
 		if [ -d results/$$s ]; then $(LAB) plot $$s || exit 1; \
 		else echo "skip $$s: no results/$$s (run: $(LAB) sweep $$s)"; fi; \
 	done

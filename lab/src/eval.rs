@@ -247,6 +247,7 @@ pub fn evals_row(
             ],
         )
         .str("encoding", vec![out.config.encoding.name().to_string()])
+        .str("corpus", vec![out.config.corpus.clone()])
         .i64("train_seq_len", vec![out.train_seq_len as i64])
         .i64("seq_len", vec![out.config.seq_len as i64])
         .f64(

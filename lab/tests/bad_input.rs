@@ -283,3 +283,32 @@ fn full_disk_mid_sweep() {
     assert_same_results(reference(), &out);
     drop(mount);
 }
+
+#[test]
+fn missing_data_corpus_is_one_line_before_any_run() {
+    let dir = tmp("no-corpus");
+    let empty = dir.join("empty-data");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = dir.join("out");
+    let o = lab()
+        .env("LAB_DATA_DIR", &empty)
+        .args([
+            "sweep",
+            "real-sequences",
+            "--preset",
+            "smoke",
+            "--no-progress",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error: "), "{stderr}");
+    assert!(stderr.contains("corpus"), "{stderr}");
+    assert!(stderr.contains("make data"), "{stderr}");
+    assert!(!out.join("runs").exists(), "a run was started: {stderr}");
+    eprintln!("{}", stderr.trim_end());
+}

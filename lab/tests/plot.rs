@@ -375,6 +375,30 @@ fn write_mi(dir: &Path) {
     write_batch(&dir.join("mi.parquet"), &b).unwrap();
 }
 
+/// A synthetic task profile (`task:block-copy-B8`: MI at multiples of 8 only), appended to the
+/// `mi.parquet` that [`write_mi`] writes: the tasks go to their own figure, `mi-tasks`.
+fn write_mi_task(dir: &Path) {
+    let lags: Vec<i64> = (1..=24).collect();
+    let n = lags.len();
+    let info: Vec<f64> = lags
+        .iter()
+        .map(|l| if l % 8 == 0 { 2.0 } else { 0.003 })
+        .collect();
+    let b = TableBuilder::new(n)
+        .str("corpus", vec!["task:block-copy-B8".into(); n])
+        .str("granularity", vec!["token".into(); n])
+        .i64("lag", lags.clone())
+        .f64("lag_chars", lags.iter().map(|&l| l as f64).collect())
+        .f64("mutual_info", info)
+        .f64("mi_shuffle_hi", vec![0.01; n])
+        .bool("significant", lags.iter().map(|l| l % 8 == 0).collect())
+        .build();
+    let path = dir.join("mi.parquet");
+    lab::results::write_batch(&dir.join("mi-task.parquet"), &b).unwrap();
+    lab::results::merge_tables(&[path.clone(), dir.join("mi-task.parquet")], &path).unwrap();
+    std::fs::remove_file(dir.join("mi-task.parquet")).unwrap();
+}
+
 #[test]
 fn mi_profiles_read_the_schema_and_collapse_when_rescaled() {
     let dir = tmp("mi");
@@ -474,6 +498,12 @@ fn write_all_tables(dir: &Path) {
     let rows = pi_rows();
     let e = rows.len();
     let eb = TableBuilder::new(e)
+        .str(
+            "corpus",
+            (0..e)
+                .map(|i| ["shakespeare", "ecoli"][i % 2].to_string())
+                .collect(),
+        )
         .str("eval_name", rows.iter().map(|r| r.0.to_string()).collect())
         .str("task", rows.iter().map(|r| r.1.to_string()).collect())
         .str("variant", rows.iter().map(|r| r.2.to_string()).collect())
@@ -487,6 +517,7 @@ fn write_all_tables(dir: &Path) {
         .build();
     write_batch(&dir.join("evals.parquet"), &eb).unwrap();
     write_mi(dir);
+    write_mi_task(dir);
 }
 
 #[test]
@@ -534,7 +565,19 @@ fn every_sweep_writes_its_figures_as_png_and_svg() {
     assert!(svg("indirect-indexing", "accuracy-by-encoding").contains("chance (1/52)"));
     assert!(svg("pi-self-similarity", "pi-accuracy").contains("fixed · igsm"));
     assert!(svg("length-extrapolation", "nll-vs-length").contains("training length 32"));
-    assert!(svg("mi-profiles", "mi-profiles").contains("bpe-4"));
+    let real = svg("real-sequences", "real-sequences-nll");
+    assert!(
+        real.contains("shakespeare") && real.contains("ecoli"),
+        "one panel per corpus"
+    );
+    assert!(real.contains("held-out NLL (nats per token)"));
+    let corpora = svg("mi-profiles", "mi-profiles");
+    assert!(
+        corpora.contains("bpe-4") && !corpora.contains("task:"),
+        "corpora only"
+    );
+    let tasks = svg("mi-profiles", "mi-tasks");
+    assert!(tasks.contains("task:block-copy-B8: raw lag") && !tasks.contains("rescaled"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -555,4 +598,49 @@ fn bad_input_is_one_clear_error() {
     let e = plot_sweep("indirect-indexing", &dir, &dir.join("f")).unwrap_err();
     assert!(e.to_string().contains("no column `encoding`"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Real-sequences curves keep each corpus's rows apart: hand-made losses, two corpora, RoPE
+/// unscaled and PI at 2×, two seeds.
+#[test]
+fn length_curves_per_corpus_use_only_that_corpus() {
+    // (corpus, scaling, seq_len, loss, seed)
+    let rows = [
+        ("prose", "none", 64, 1.0, 0),
+        ("prose", "none", 64, 2.0, 1),
+        ("prose", "linear", 128, 3.0, 0),
+        ("prose", "linear", 128, 5.0, 1),
+        ("dna", "none", 64, 10.0, 0),
+        ("dna", "linear", 128, 20.0, 0),
+    ];
+    let n = rows.len();
+    let b = TableBuilder::new(n)
+        .str("corpus", rows.iter().map(|r| r.0.to_string()).collect())
+        .str("encoding", vec!["rope".into(); n])
+        .str("scaling", rows.iter().map(|r| r.1.to_string()).collect())
+        .i64("seq_len", rows.iter().map(|r| r.2).collect())
+        .i64("train_seq_len", vec![64; n])
+        .f64("loss", rows.iter().map(|r| r.3).collect())
+        .i64("seed", rows.iter().map(|r| r.4).collect())
+        .build();
+    let evals = Table::from_batches("evals", vec![b]);
+    let (curves, trains) = data::length_curves_where(&evals, "loss", Some("prose")).unwrap();
+    assert_eq!(trains, [64]);
+    assert_eq!(curves.len(), 1, "{curves:?}");
+    assert_eq!(curves[0].label, "rope + linear");
+    let pts: Vec<(f64, f64, f64, f64)> = curves[0]
+        .points
+        .iter()
+        .map(|(x, s)| (*x, s.mean, s.min, s.max))
+        .collect();
+    // 64: the unscaled training-length point (shared by every scaling), mean of 1 and 2.
+    assert_eq!(pts, [(64.0, 1.5, 1.0, 2.0), (128.0, 4.0, 3.0, 5.0)]);
+    let (dna, _) = data::length_curves_where(&evals, "loss", Some("dna")).unwrap();
+    assert_eq!(dna[0].points[1].1.mean, 20.0);
+    let (all, _) = data::length_curves(&evals, "loss").unwrap();
+    assert_eq!(
+        all[0].points[1].1.values.len(),
+        3,
+        "no filter: both corpora"
+    );
 }

@@ -599,18 +599,57 @@ fn curves_from(by: BTreeMap<(usize, usize, String), BTreeMap<i64, Vec<f64>>>) ->
 /// evaluated `seq_len`, one curve per encoding (RoPE: per scaling, the 1× point shared by every
 /// scaling since no scaling applies there), over seeds. Also returns the training lengths.
 pub fn length_curves(evals: &Table, metric: &str) -> Result<(Vec<Curve>, Vec<i64>), PlotError> {
+    length_curves_where(evals, metric, None)
+}
+
+/// The corpus of each evaluation row: the `corpus` column, or for tables written before it
+/// existed the `corpus` field of `config_json`.
+///
+/// # Errors
+/// Neither column present.
+pub fn eval_corpora(evals: &Table) -> Result<Vec<Option<String>>, PlotError> {
+    if evals.has("corpus") || !evals.has("config_json") {
+        return evals.strs("corpus");
+    }
+    Ok(evals
+        .strs("config_json")?
+        .into_iter()
+        .map(|j| {
+            let v: serde_json::Value = serde_json::from_str(j.as_deref()?).ok()?;
+            v.get("corpus")?.as_str().map(str::to_string)
+        })
+        .collect())
+}
+
+/// [`length_curves`] over the rows whose `corpus` column equals `corpus` (the real-sequences
+/// sweep: one set of curves per corpus); `None` takes every row.
+///
+/// # Errors
+/// A missing column (`corpus` included when `corpus` is given).
+pub fn length_curves_where(
+    evals: &Table,
+    metric: &str,
+    corpus: Option<&str>,
+) -> Result<(Vec<Curve>, Vec<i64>), PlotError> {
+    let keep: Vec<bool> = match corpus {
+        Some(c) => eval_corpora(evals)?
+            .iter()
+            .map(|v| v.as_deref() == Some(c))
+            .collect(),
+        None => vec![true; evals.rows()],
+    };
     let encs = evals.strs("encoding")?;
     let scaling = evals.strs("scaling")?;
     let len = evals.i64s("seq_len")?;
     let train = evals.i64s("train_seq_len")?;
     let y = evals.f64s(metric)?;
     let rope_scalings: BTreeSet<String> = (0..evals.rows())
-        .filter(|&i| encs[i].as_deref() == Some("rope") && len[i] != train[i])
+        .filter(|&i| keep[i] && encs[i].as_deref() == Some("rope") && len[i] != train[i])
         .filter_map(|i| scaling[i].clone())
         .collect();
     let mut by: BTreeMap<(usize, usize, String), BTreeMap<i64, Vec<f64>>> = BTreeMap::new();
     let mut trains = BTreeSet::new();
-    for i in 0..evals.rows() {
+    for i in (0..evals.rows()).filter(|&i| keep[i]) {
         let (Some(e), Some(s), Some(l), Some(t), Some(v)) =
             (&encs[i], &scaling[i], len[i], train[i], y[i])
         else {

@@ -1034,6 +1034,9 @@ impl Figure for LinesPlot {
 pub struct MiPlot {
     /// The profiles.
     pub profiles: Vec<MiProfile>,
+    /// Two panels per corpus, raw lag and lag × characters per token (the collapse across
+    /// granularities); else one raw-lag panel per corpus, two corpora per row.
+    pub rescaled: bool,
 }
 
 impl MiPlot {
@@ -1046,7 +1049,9 @@ impl MiPlot {
 
 impl Figure for MiPlot {
     fn size(&self) -> (u32, u32) {
-        (1300, 560 * self.corpora().len() as u32 + 90)
+        let n = self.corpora().len() as u32;
+        let rows = if self.rescaled { n } else { n.div_ceil(2) };
+        (1300, 560 * rows + 90)
     }
 
     fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult
@@ -1054,7 +1059,11 @@ impl Figure for MiPlot {
         DB::ErrorType: 'static,
     {
         let root = root.titled(
-            "Mutual information between tokens vs distance, per granularity",
+            if self.rescaled {
+                "Mutual information between tokens vs distance, per granularity"
+            } else {
+                "Mutual information between tokens vs distance, synthetic tasks"
+            },
             font(TITLE),
         )?;
         let (_, h) = root.dim_in_pixel();
@@ -1065,15 +1074,29 @@ impl Figure for MiPlot {
             font(14).color(&GREY),
         ))?;
         let corpora = self.corpora();
-        let areas = grid.split_evenly((corpora.len(), 2));
+        let rows = if self.rescaled {
+            corpora.len()
+        } else {
+            corpora.len().div_ceil(2)
+        };
+        let areas = grid.split_evenly((rows, 2));
         for (ci, corpus) in corpora.iter().enumerate() {
             let profiles: Vec<&MiProfile> = self
                 .profiles
                 .iter()
                 .filter(|p| &p.corpus == corpus)
                 .collect();
-            for (k, chars) in [false, true].into_iter().enumerate() {
-                let area = &areas[ci * 2 + k];
+            let panels: &[bool] = if self.rescaled {
+                &[false, true]
+            } else {
+                &[false]
+            };
+            for (k, &chars) in panels.iter().enumerate() {
+                let area = if self.rescaled {
+                    &areas[ci * 2 + k]
+                } else {
+                    &areas[ci]
+                };
                 let pts = |p: &MiProfile| -> Vec<(f64, f64, bool)> {
                     p.points
                         .iter()

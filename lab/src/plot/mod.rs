@@ -10,7 +10,8 @@
 //! | `pi-self-similarity` | `pi-accuracy` | accuracy at s × L per scaling, dilated vs fixed tasks (grouped bars) |
 //! | `length-extrapolation` | `nll-vs-length` | value NLL and needle accuracy vs evaluation length per encoding/scaling |
 //! | `igsm-ops` | `igsm-ops` | answer accuracy and θ_eff vs number of operations |
-//! | `mi-profiles` | `mi-profiles` | MI vs lag per granularity, raw and rescaled to characters |
+//! | `real-sequences` | `real-sequences-nll` | held-out NLL vs evaluation length per corpus, per encoding and RoPE scaling |
+//! | `mi-profiles` | `mi-profiles`, `mi-tasks` | corpora: MI vs lag per granularity, raw and rescaled to characters; synthetic tasks: MI vs lag |
 //!
 //! The series are computed in [`data`] (tested on hand-made tables); [`draw`] draws them.
 //! Every file is drawn under a temporary name and renamed into place.
@@ -105,7 +106,8 @@ pub const SWEEP_FIGURES: &[(&str, &[&str])] = &[
     ("pi-self-similarity", &["pi-accuracy"]),
     ("length-extrapolation", &["nll-vs-length"]),
     ("igsm-ops", &["igsm-ops"]),
-    ("mi-profiles", &["mi-profiles"]),
+    ("mi-profiles", &["mi-profiles", "mi-tasks"]),
+    ("real-sequences", &["real-sequences-nll"]),
 ];
 
 /// Chance accuracy of the indirect-indexing answer: one of 52 letters (sweeps/indirect-indexing.toml).
@@ -257,6 +259,51 @@ pub fn plot_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf
                 "nll-vs-length",
             )?);
         }
+        "real-sequences" => {
+            let evals = table("evals")?;
+            let mut corpora: Vec<String> = data::eval_corpora(&evals)?
+                .into_iter()
+                .flatten()
+                .filter(|c| !c.is_empty())
+                .collect();
+            corpora.sort();
+            corpora.dedup();
+            let mut panels = Vec::new();
+            for corpus in &corpora {
+                let (nll, trains) = data::length_curves_where(&evals, "loss", Some(corpus))?;
+                if nll.is_empty() {
+                    continue;
+                }
+                panels.push(LinePanel {
+                    title: corpus.clone(),
+                    x_desc: "evaluation context length (tokens)".into(),
+                    y_desc: "held-out NLL (nats per token)".into(),
+                    curves: nll,
+                    log2_x: true,
+                    percent_y: false,
+                    vlines: trains
+                        .iter()
+                        .map(|t| (*t as f64, format!("training length {t}")))
+                        .collect(),
+                    legend: (panels.is_empty()).then_some(SeriesLabelPosition::UpperLeft),
+                });
+            }
+            if panels.is_empty() {
+                return Err(empty(
+                    "real-sequences-nll",
+                    "evals.parquet has no rows with a corpus",
+                ));
+            }
+            written.extend(save(
+                &LinesPlot {
+                    title: "Real sequences: held-out NLL beyond the training length".into(),
+                    panels,
+                    note: "zero-shot evaluation on the held-out end of each corpus; RoPE as trained (none) or scaled (PI = linear, NTK, YaRN); line: mean over seeds; band: min–max over seeds".into(),
+                },
+                out,
+                "real-sequences-nll",
+            )?);
+        }
         "igsm-ops" => {
             let runs = table("runs")?;
             let acc = data::runs_curves(&runs, "ops", "answer_accuracy")?;
@@ -300,7 +347,26 @@ pub fn plot_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf
             if profiles.is_empty() {
                 return Err(empty("mi-profiles", "mi.parquet has no rows"));
             }
-            written.extend(save(&MiPlot { profiles }, out, "mi-profiles")?);
+            // Real corpora: raw and character-rescaled lags side by side (the collapse); the
+            // synthetic tasks (`task:<name>`, one token per character) in their own figure, raw
+            // lags only.
+            let (tasks, corpora): (Vec<_>, Vec<_>) = profiles
+                .into_iter()
+                .partition(|p| p.corpus.starts_with("task:"));
+            if !corpora.is_empty() {
+                let fig = MiPlot {
+                    profiles: corpora,
+                    rescaled: true,
+                };
+                written.extend(save(&fig, out, "mi-profiles")?);
+            }
+            if !tasks.is_empty() {
+                let fig = MiPlot {
+                    profiles: tasks,
+                    rescaled: false,
+                };
+                written.extend(save(&fig, out, "mi-tasks")?);
+            }
         }
         _ => unreachable!("checked against SWEEP_FIGURES"),
     }
