@@ -100,7 +100,7 @@ reproduce: build data
 notebooks:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r notebooks/requirements.txt
 	@for s in $(SWEEPS); do \
-		if [ -f results/$$s/runs.parquet ]; then $(PYTHON) notebooks/execute.py notebooks/$$s.ipynb results/$$s || exit 1; \
+		if ls results/$$s/*.parquet >/dev/null 2>&1; then $(PYTHON) notebooks/execute.py notebooks/$$s.ipynb results/$$s || exit 1; \
 		else echo "skip $$s: no results/$$s"; fi; \
 	done
 

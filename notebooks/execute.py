@@ -28,8 +28,8 @@ def main() -> int:
     notebook, results = Path(sys.argv[1]), Path(sys.argv[2]).resolve()
     if not notebook.is_file():
         sys.exit(f"no notebook {notebook}")
-    if not (results / "runs.parquet").is_file():
-        sys.exit(f"no runs.parquet in {results}: run the sweep first")
+    if not any(results.glob("*.parquet")):
+        sys.exit(f"no tables (*.parquet) in {results}: run the sweep first")
     out = Path(sys.argv[3]) if len(sys.argv) == 4 else results / "notebooks" / notebook.name
     nb = nbformat.read(notebook, as_version=4)
     os.environ["LAB_RESULTS"] = str(results)
