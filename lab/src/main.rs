@@ -420,6 +420,13 @@ impl ScalingArgs {
 }
 
 fn main() -> ExitCode {
+    // `lab sweep --list | head` and the like: end quietly when stdout is closed, as other Unix
+    // tools do, instead of panicking on the failed write (Rust ignores SIGPIPE by default).
+    #[cfg(unix)]
+    // SAFETY: resetting a signal to its default disposition before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
@@ -459,27 +466,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if list {
                 for n in sweep::list_sweeps(&dir) {
                     let path = dir.join(format!("{n}.toml"));
-                    if lab::mi::is_mi_sweep(&path) {
+                    let (description, presets, default) = if lab::mi::is_mi_sweep(&path) {
                         let spec = lab::mi::MiSweep::load(&path)?;
-                        println!("{n}: {}", spec.description);
-                        for (p, d) in spec.presets() {
-                            let mark = if p == spec.default_preset {
-                                " (default)"
-                            } else {
-                                ""
-                            };
-                            println!("    --preset {p}{mark}: {d}");
-                        }
-                        continue;
-                    }
-                    let spec = sweep::find_sweep(&n, &dir)?;
-                    println!("{n}: {}", spec.description);
-                    for (p, d) in spec.presets() {
-                        let mark = if p == spec.default_preset {
-                            " (default)"
-                        } else {
-                            ""
-                        };
+                        (
+                            spec.description.clone(),
+                            spec.presets(),
+                            spec.default_preset,
+                        )
+                    } else {
+                        let spec = sweep::find_sweep(&n, &dir)?;
+                        (
+                            spec.description.clone(),
+                            spec.presets(),
+                            spec.default_preset,
+                        )
+                    };
+                    println!("{n}: {description}");
+                    for (p, d) in presets {
+                        let mark = if p == default { " (default)" } else { "" };
                         println!("    --preset {p}{mark}: {d}");
                     }
                 }
@@ -925,7 +929,7 @@ fn run_mi_sweep(
 ) -> Result<ExitCode> {
     let spec = lab::mi::MiSweep::load(path)?;
     let preset = preset.unwrap_or_else(|| spec.default_preset.clone());
-    let reqs = spec.requests(&preset, std::path::Path::new("data"))?;
+    let reqs = spec.requests(&preset, &lab::tasks::text::default_data_dir())?;
     let out_dir = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
     let t0 = std::time::Instant::now();
     let report = lab::mi::run_mi_sweep(&reqs, &out_dir, &mut |r| {
