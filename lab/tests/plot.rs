@@ -350,59 +350,45 @@ fn runs_curves_average_seeds_per_x() {
 }
 
 /// A synthetic `mi.parquet` in the MI-profile sweep's schema: MI(lag) = a · lag_chars^(−1/2)
-/// for two granularities with 1 and 4 characters per token, so the rescaled curves coincide.
-fn write_mi(dir: &Path) {
+/// for two granularities of corpus `synthetic` with 1 and 4 characters per token, so the
+/// rescaled curves coincide; with `with_task`, also a task profile (`task:block-copy-B8`: MI at
+/// multiples of 8 only), which goes to its own figure, `mi-tasks`.
+fn write_mi(dir: &Path, with_task: bool) {
+    // (corpus, granularity, lag, lag_chars, mutual_info, significant)
     let mut rows = Vec::new();
     for (g, cpt) in [("char", 1.0), ("bpe-4", 4.0)] {
         for lag in [1i64, 2, 4, 8, 16] {
             let chars = lag as f64 * cpt;
-            rows.push((g, lag, chars, 0.5 / chars.sqrt(), lag < 16));
+            rows.push(("synthetic", g, lag, chars, 0.5 / chars.sqrt(), lag < 16));
+        }
+    }
+    if with_task {
+        for lag in 1..=24i64 {
+            let peak = lag % 8 == 0;
+            let info = if peak { 2.0 } else { 0.003 };
+            rows.push(("task:block-copy-B8", "token", lag, lag as f64, info, peak));
         }
     }
     let n = rows.len();
     let b = TableBuilder::new(n)
-        .str("corpus", vec!["synthetic".into(); n])
+        .str("corpus", rows.iter().map(|r| r.0.to_string()).collect())
         .str(
             "granularity",
-            rows.iter().map(|r| r.0.to_string()).collect(),
+            rows.iter().map(|r| r.1.to_string()).collect(),
         )
-        .i64("lag", rows.iter().map(|r| r.1).collect())
-        .f64("lag_chars", rows.iter().map(|r| r.2).collect())
-        .f64("mutual_info", rows.iter().map(|r| r.3).collect())
+        .i64("lag", rows.iter().map(|r| r.2).collect())
+        .f64("lag_chars", rows.iter().map(|r| r.3).collect())
+        .f64("mutual_info", rows.iter().map(|r| r.4).collect())
         .f64("mi_shuffle_hi", vec![0.01; n])
-        .bool("significant", rows.iter().map(|r| r.4).collect())
+        .bool("significant", rows.iter().map(|r| r.5).collect())
         .build();
     write_batch(&dir.join("mi.parquet"), &b).unwrap();
-}
-
-/// A synthetic task profile (`task:block-copy-B8`: MI at multiples of 8 only), appended to the
-/// `mi.parquet` that [`write_mi`] writes: the tasks go to their own figure, `mi-tasks`.
-fn write_mi_task(dir: &Path) {
-    let lags: Vec<i64> = (1..=24).collect();
-    let n = lags.len();
-    let info: Vec<f64> = lags
-        .iter()
-        .map(|l| if l % 8 == 0 { 2.0 } else { 0.003 })
-        .collect();
-    let b = TableBuilder::new(n)
-        .str("corpus", vec!["task:block-copy-B8".into(); n])
-        .str("granularity", vec!["token".into(); n])
-        .i64("lag", lags.clone())
-        .f64("lag_chars", lags.iter().map(|&l| l as f64).collect())
-        .f64("mutual_info", info)
-        .f64("mi_shuffle_hi", vec![0.01; n])
-        .bool("significant", lags.iter().map(|l| l % 8 == 0).collect())
-        .build();
-    let path = dir.join("mi.parquet");
-    lab::results::write_batch(&dir.join("mi-task.parquet"), &b).unwrap();
-    lab::results::merge_tables(&[path.clone(), dir.join("mi-task.parquet")], &path).unwrap();
-    std::fs::remove_file(dir.join("mi-task.parquet")).unwrap();
 }
 
 #[test]
 fn mi_profiles_read_the_schema_and_collapse_when_rescaled() {
     let dir = tmp("mi");
-    write_mi(&dir);
+    write_mi(&dir, false);
     let profiles = data::mi_profiles(&Table::read(&dir.join("mi.parquet")).unwrap()).unwrap();
     let names: Vec<&str> = profiles.iter().map(|p| p.granularity.as_str()).collect();
     assert_eq!(names, ["bpe-4", "char"]);
@@ -516,8 +502,7 @@ fn write_all_tables(dir: &Path) {
         .f64("loss", rows.iter().map(|r| r.9).collect())
         .build();
     write_batch(&dir.join("evals.parquet"), &eb).unwrap();
-    write_mi(dir);
-    write_mi_task(dir);
+    write_mi(dir, true);
 }
 
 #[test]
