@@ -70,8 +70,9 @@ impl Encoding {
 #[serde(rename_all = "lowercase")]
 pub enum AttentionKernel {
     /// The lab's fused kernels with hand-written backwards: flash-style attention
-    /// ([`crate::kernels::positional_attention`], O(seq·head_dim) memory), RMSNorm and GELU
-    /// ([`crate::kernels::pointwise`]). Flex backend only.
+    /// ([`crate::kernels::positional_attention`], O(seq·head_dim) memory; Rust on flex, CubeCL
+    /// on wgpu/cuda), RMSNorm and GELU ([`crate::kernels::pointwise`], flex only: CubeCL
+    /// devices use burn's ops, which its fusion fuses).
     #[default]
     Fused,
     /// Burn tensor ops with autodiff ([`causal_attention`], [`rms_norm`], burn's `gelu`):
@@ -86,6 +87,12 @@ impl AttentionKernel {
             AttentionKernel::Fused => "fused",
             AttentionKernel::Reference => "reference",
         }
+    }
+
+    /// Whether RMSNorm and GELU run on the fused kernels of [`crate::kernels::pointwise`] on
+    /// `device`: the fused kernel choice on a flex device.
+    pub fn fused_pointwise(self, device: &burn::tensor::Device) -> bool {
+        self == AttentionKernel::Fused && crate::kernels::is_flex(device)
     }
 }
 
@@ -331,8 +338,7 @@ impl Block {
         let [b, l, d] = x.dims();
         // The fused RMSNorm/GELU are Rust (flex) kernels; on CubeCL devices burn's fusion already
         // fuses these element-wise chains, so the tensor-op versions are used there.
-        let pointwise =
-            self.kernel == AttentionKernel::Fused && crate::kernels::is_flex(&x.device());
+        let pointwise = self.kernel.fused_pointwise(&x.device());
         let norm = |x: Tensor<3>, gain: &Param<Tensor<1>>| {
             if pointwise {
                 crate::kernels::pointwise::rms_norm(x, gain.val())
@@ -487,7 +493,7 @@ impl Transformer {
         for block in &self.blocks {
             x = block.forward(x, &mask, qk.as_deref_mut());
         }
-        let x = if self.kernel == AttentionKernel::Fused && crate::kernels::is_flex(&device) {
+        let x = if self.kernel.fused_pointwise(&device) {
             crate::kernels::pointwise::rms_norm(x, self.final_norm.val())
         } else {
             rms_norm(x, &self.final_norm)
