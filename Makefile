@@ -92,10 +92,17 @@ figures: build
 	done
 
 # Every sweep at $(PRESET), then every figure. Finished runs are skipped, so an interrupted
-# reproduce resumes where it stopped.
+# reproduce resumes where it stopped. A sweep with failed runs does not stop the others: every
+# figure is still drawn from what finished, and the sweeps with failures are listed at the end
+# (exit status 1).
 reproduce: build data
-	@for s in $(SWEEPS); do $(LAB) sweep $$s --preset $(PRESET) || exit 1; done
-	$(MAKE) figures
+	@failed=""; \
+	for s in $(SWEEPS); do $(LAB) sweep $$s --preset $(PRESET) || failed="$$failed $$s"; done; \
+	$(MAKE) figures || exit 1; \
+	if [ -n "$$failed" ]; then \
+		echo "make reproduce: failed runs or errors in:$$failed (see results/<sweep>/runs.parquet: status, fail_reason)"; \
+		exit 1; \
+	fi
 
 notebooks:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r notebooks/requirements.txt
