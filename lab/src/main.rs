@@ -496,6 +496,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 dir.join(format!("{name}.toml"))
             };
             if lab::mi::is_mi_sweep(&mi_path) {
+                let given: Vec<&str> = [
+                    (jobs != 1, "--jobs"),
+                    (backend != Backend::Cpu, "--backend"),
+                    (cluster.retry_failed, "--retry-failed"),
+                    (cluster.shard.is_some(), "--shard"),
+                    (cluster.emit_slurm.is_some(), "--emit-slurm"),
+                ]
+                .into_iter()
+                .filter_map(|(set, opt)| set.then_some(opt))
+                .collect();
+                lab::mi::check_mi_sweep_options(&name, &given)?;
                 return run_mi_sweep(&mi_path, preset, out);
             }
             let spec = sweep::find_sweep(&name, &dir)?;

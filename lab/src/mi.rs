@@ -491,6 +491,26 @@ pub fn is_mi_sweep(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
+/// Refuse `lab sweep` options that only training sweeps have, for the MI sweep `name`.
+/// `given` lists each such option as it is spelled on the command line (e.g. `"--shard"`)
+/// when the user set it. An MI sweep is one process that spreads its lags over every core
+/// (rayon) and finishes in minutes, so it has no jobs, shards, Slurm script, failed-run retry
+/// or device.
+///
+/// # Errors
+/// [`MiError::Input`] naming the first option given, e.g. `--shard does not apply to
+/// mi-profiles: it is an MI sweep (kind = "mi"), one process on this machine's cores; drop
+/// the option`.
+pub fn check_mi_sweep_options(name: &str, given: &[&str]) -> Result<(), MiError> {
+    match given.first() {
+        None => Ok(()),
+        Some(opt) => Err(MiError::Input(format!(
+            "{opt} does not apply to {name}: it is an MI sweep (kind = \"mi\"), one process on \
+             this machine's cores; drop the option"
+        ))),
+    }
+}
+
 impl MiSweep {
     /// Parse an MI sweep file.
     ///

@@ -312,3 +312,30 @@ fn missing_data_corpus_is_one_line_before_any_run() {
     assert!(!out.join("runs").exists(), "a run was started: {stderr}");
     eprintln!("{}", stderr.trim_end());
 }
+
+#[test]
+fn training_only_options_are_refused_for_an_mi_sweep() {
+    let out = tmp("mi-options").join("out");
+    for (args, opt) in [
+        (&["--shard", "1/2"][..], "--shard"),
+        (&["--jobs", "2"][..], "--jobs"),
+        (&["--retry-failed"][..], "--retry-failed"),
+    ] {
+        let o = lab()
+            .args(["sweep", "mi-profiles", "--preset", "smoke", "--out"])
+            .arg(&out)
+            .args(args)
+            .output()
+            .unwrap();
+        let (stdout, stderr) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{stdout}\n{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.starts_with(&format!(
+                "error: {opt} does not apply to mi-profiles: it is an MI sweep"
+            )),
+            "{stderr}"
+        );
+        assert!(!out.exists(), "output written: {stderr}");
+    }
+}

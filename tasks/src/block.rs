@@ -155,32 +155,24 @@ impl BlockConfig {
         };
         let max_vocab = u32::MAX as usize;
         if !(min_vocab..=max_vocab).contains(&self.vocab_size) {
-            return Err(TaskError::OutOfRange {
-                field: "vocab_size",
-                value: self.vocab_size.to_string(),
-                allowed: format!("{min_vocab}..={max_vocab}"),
-            });
+            return Err(TaskError::out_of_range(
+                "vocab_size",
+                self.vocab_size,
+                format!("{min_vocab}..={max_vocab}"),
+            ));
         }
         if self.seq_len < 2 {
-            return Err(TaskError::OutOfRange {
-                field: "seq_len",
-                value: self.seq_len.to_string(),
-                allowed: "2..".to_string(),
-            });
+            return Err(TaskError::out_of_range("seq_len", self.seq_len, "2.."));
         }
         if !(min_block..=self.seq_len).contains(&self.block_len) {
-            return Err(TaskError::OutOfRange {
-                field: "block_len",
-                value: self.block_len.to_string(),
-                allowed: format!("{min_block}..={} (seq_len)", self.seq_len),
-            });
+            return Err(TaskError::out_of_range(
+                "block_len",
+                self.block_len,
+                format!("{min_block}..={} (seq_len)", self.seq_len),
+            ));
         }
         if !(self.noise.is_finite() && (0.0..=1.0).contains(&self.noise)) {
-            return Err(TaskError::OutOfRange {
-                field: "noise",
-                value: self.noise.to_string(),
-                allowed: "0.0..=1.0".to_string(),
-            });
+            return Err(TaskError::out_of_range("noise", self.noise, "0.0..=1.0"));
         }
         Ok(())
     }

@@ -227,10 +227,7 @@ pub fn encode(c: char) -> Option<u32> {
 
 /// Character of token id `id`, or `None` for [`PAD`] and for ids `≥ 72`.
 pub fn decode(id: u32) -> Option<char> {
-    (id as usize)
-        .checked_sub(1)
-        .and_then(|i| CHARS.get(i))
-        .copied()
+    crate::decode_char(&CHARS, id)
 }
 
 /// Token ids of every character of `s`, or `None` if some character is not in the vocabulary.
@@ -241,10 +238,7 @@ pub fn encode_str(s: &str) -> Option<Vec<u32>> {
 /// The string of `ids` with [`PAD`] ids dropped, or `None` if some id is `≥ 72`.
 /// `decode_ids(&example.input)` shows an example's full text.
 pub fn decode_ids(ids: &[u32]) -> Option<String> {
-    ids.iter()
-        .filter(|&&id| id != PAD)
-        .map(|&id| decode(id))
-        .collect()
+    crate::decode_chars(&CHARS, ids)
 }
 
 /// An arithmetic operator, taken modulo [`MODULUS`]. Serialised as `"add"`, `"sub"`, `"mul"`.
@@ -949,18 +943,18 @@ impl IgsmConfig {
     /// `seq_len = 100 is out of range: must be in 165.. (ops, distractors, name_len)`.
     pub fn validate(&self) -> Result<(), TaskError> {
         if !(1..=MAX_OPS).contains(&self.ops) {
-            return Err(TaskError::OutOfRange {
-                field: "ops",
-                value: self.ops.to_string(),
-                allowed: format!("1..={MAX_OPS}"),
-            });
+            return Err(TaskError::out_of_range(
+                "ops",
+                self.ops,
+                format!("1..={MAX_OPS}"),
+            ));
         }
         if self.distractors > MAX_DISTRACTORS {
-            return Err(TaskError::OutOfRange {
-                field: "distractors",
-                value: self.distractors.to_string(),
-                allowed: format!("0..={MAX_DISTRACTORS}"),
-            });
+            return Err(TaskError::out_of_range(
+                "distractors",
+                self.distractors,
+                format!("0..={MAX_DISTRACTORS}"),
+            ));
         }
         let invalid = |message: String| TaskError::Invalid {
             field: "alphabet",
@@ -981,22 +975,22 @@ impl IgsmConfig {
             }
         }
         if !(1..=MAX_NAME_LEN).contains(&self.name_len) {
-            return Err(TaskError::OutOfRange {
-                field: "name_len",
-                value: self.name_len.to_string(),
-                allowed: format!("1..={MAX_NAME_LEN}"),
-            });
+            return Err(TaskError::out_of_range(
+                "name_len",
+                self.name_len,
+                format!("1..={MAX_NAME_LEN}"),
+            ));
         }
         let need = self.max_quantities();
         let a = seen.len();
         let n_names = |len: usize| a.pow(len as u32);
         if n_names(self.name_len) < need {
             return match (1..=MAX_NAME_LEN).find(|&l| n_names(l) >= need) {
-                Some(min) => Err(TaskError::OutOfRange {
-                    field: "name_len",
-                    value: self.name_len.to_string(),
-                    allowed: format!("{min}..={MAX_NAME_LEN} (alphabet, ops, distractors)"),
-                }),
+                Some(min) => Err(TaskError::out_of_range(
+                    "name_len",
+                    self.name_len,
+                    format!("{min}..={MAX_NAME_LEN} (alphabet, ops, distractors)"),
+                )),
                 None => Err(invalid(format!(
                     "{a} letters give fewer than the {need} names ops = {} and distractors = {} may need",
                     self.ops, self.distractors
@@ -1005,19 +999,19 @@ impl IgsmConfig {
         }
         if !(self.eval_fraction.is_finite() && self.eval_fraction > 0.0 && self.eval_fraction < 1.0)
         {
-            return Err(TaskError::OutOfRange {
-                field: "eval_fraction",
-                value: self.eval_fraction.to_string(),
-                allowed: "0.0 < x < 1.0".into(),
-            });
+            return Err(TaskError::out_of_range(
+                "eval_fraction",
+                self.eval_fraction,
+                "0.0 < x < 1.0",
+            ));
         }
         let min = self.min_seq_len();
         if self.seq_len < min {
-            return Err(TaskError::OutOfRange {
-                field: "seq_len",
-                value: self.seq_len.to_string(),
-                allowed: format!("{min}.. (ops, distractors, name_len)"),
-            });
+            return Err(TaskError::out_of_range(
+                "seq_len",
+                self.seq_len,
+                format!("{min}.. (ops, distractors, name_len)"),
+            ));
         }
         Ok(())
     }

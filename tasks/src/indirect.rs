@@ -203,10 +203,7 @@ pub fn encode(c: char) -> Option<u32> {
 
 /// Character of token id `id`, or `None` for [`PAD`] and for ids `≥ 65`.
 pub fn decode(id: u32) -> Option<char> {
-    (id as usize)
-        .checked_sub(1)
-        .and_then(|i| CHARS.get(i))
-        .copied()
+    crate::decode_char(&CHARS, id)
 }
 
 /// Token ids of every character of `s`, or `None` if some character is not in the vocabulary.
@@ -217,10 +214,7 @@ pub fn encode_str(s: &str) -> Option<Vec<u32>> {
 /// The string of `ids` with [`PAD`] ids dropped (wherever they are), or `None` if some id is
 /// `≥ 65`. `decode_ids(&example.input)` shows an example's full string (prompt and answer).
 pub fn decode_ids(ids: &[u32]) -> Option<String> {
-    ids.iter()
-        .filter(|&&id| id != PAD)
-        .map(|&id| decode(id))
-        .collect()
+    crate::decode_chars(&CHARS, ids)
 }
 
 /// Reference solver: the answer to prompt `text` (format `SOURCE,q,k,`, see the
@@ -331,33 +325,33 @@ impl IndirectConfig {
     pub fn validate(&self) -> Result<(), TaskError> {
         let n_letters = LETTERS.len();
         if !(2..=n_letters).contains(&self.min_letters) {
-            return Err(TaskError::OutOfRange {
-                field: "min_letters",
-                value: self.min_letters.to_string(),
-                allowed: format!("2..={n_letters}"),
-            });
+            return Err(TaskError::out_of_range(
+                "min_letters",
+                self.min_letters,
+                format!("2..={n_letters}"),
+            ));
         }
         if !(self.min_letters..=n_letters).contains(&self.max_letters) {
-            return Err(TaskError::OutOfRange {
-                field: "max_letters",
-                value: self.max_letters.to_string(),
-                allowed: format!("{}..={n_letters} (min_letters)", self.min_letters),
-            });
+            return Err(TaskError::out_of_range(
+                "max_letters",
+                self.max_letters,
+                format!("{}..={n_letters} (min_letters)", self.min_letters),
+            ));
         }
         if self.max_shift > n_letters - 1 {
-            return Err(TaskError::OutOfRange {
-                field: "max_shift",
-                value: self.max_shift.to_string(),
-                allowed: format!("0..={}", n_letters - 1),
-            });
+            return Err(TaskError::out_of_range(
+                "max_shift",
+                self.max_shift,
+                format!("0..={}", n_letters - 1),
+            ));
         }
         let min = self.min_seq_len();
         if self.seq_len < min {
-            return Err(TaskError::OutOfRange {
-                field: "seq_len",
-                value: self.seq_len.to_string(),
-                allowed: format!("{min}.. (max_letters, max_shift)"),
-            });
+            return Err(TaskError::out_of_range(
+                "seq_len",
+                self.seq_len,
+                format!("{min}.. (max_letters, max_shift)"),
+            ));
         }
         Ok(())
     }

@@ -90,6 +90,42 @@ pub enum TaskError {
     },
 }
 
+impl TaskError {
+    /// [`TaskError::OutOfRange`] for `field = value`; `allowed` is the range in Rust syntax,
+    /// optionally followed by a parenthesised note naming the field that sets a bound, e.g.
+    /// `TaskError::out_of_range("block_len", 300, "1..=256 (seq_len)")` displays as
+    /// `block_len = 300 is out of range: must be in 1..=256 (seq_len)`.
+    pub fn out_of_range(
+        field: &'static str,
+        value: impl ToString,
+        allowed: impl Into<String>,
+    ) -> Self {
+        Self::OutOfRange {
+            field,
+            value: value.to_string(),
+            allowed: allowed.into(),
+        }
+    }
+}
+
+/// Character of token `id` in a character vocabulary whose id 0 is padding and whose id `n ≥ 1`
+/// is `chars[n − 1]`; `None` for id 0 and for ids past the table.
+pub(crate) fn decode_char(chars: &[char], id: u32) -> Option<char> {
+    (id as usize)
+        .checked_sub(1)
+        .and_then(|i| chars.get(i))
+        .copied()
+}
+
+/// The string of `ids` in that vocabulary with padding (id 0) dropped, or `None` if an id lies
+/// past the table.
+pub(crate) fn decode_chars(chars: &[char], ids: &[u32]) -> Option<String> {
+    ids.iter()
+        .filter(|&&id| id != 0)
+        .map(|&id| decode_char(chars, id))
+        .collect()
+}
+
 /// One training/evaluation example.
 ///
 /// All three vectors have length `seq_len` (the configured context length).
@@ -197,11 +233,11 @@ pub(crate) fn check_batch(index0: u64, batch: usize) -> Result<(), TaskError> {
 
 fn check_index(index: u64) -> Result<(), TaskError> {
     if index > MAX_INDEX {
-        return Err(TaskError::OutOfRange {
-            field: "index",
-            value: index.to_string(),
-            allowed: format!("0..={MAX_INDEX}"),
-        });
+        return Err(TaskError::out_of_range(
+            "index",
+            index,
+            format!("0..={MAX_INDEX}"),
+        ));
     }
     Ok(())
 }
@@ -210,6 +246,21 @@ fn check_index(index: u64) -> Result<(), TaskError> {
 mod tests {
     use super::*;
     use rand::RngCore;
+
+    #[test]
+    fn char_vocabulary_decoding() {
+        let chars = ['a', 'b'];
+        assert_eq!(decode_char(&chars, 0), None);
+        assert_eq!(decode_char(&chars, 1), Some('a'));
+        assert_eq!(decode_char(&chars, 2), Some('b'));
+        assert_eq!(decode_char(&chars, 3), None);
+        assert_eq!(decode_chars(&chars, &[0, 2, 1, 0, 2]).as_deref(), Some("bab"));
+        assert_eq!(decode_chars(&chars, &[1, 3]), None);
+        assert_eq!(
+            TaskError::out_of_range("block_len", 300, "1..=256 (seq_len)").to_string(),
+            "block_len = 300 is out of range: must be in 1..=256 (seq_len)"
+        );
+    }
 
     #[test]
     fn error_display_is_one_line_and_names_field() {

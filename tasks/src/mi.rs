@@ -165,27 +165,35 @@ impl MiConfig {
     /// [`TaskError::OutOfRange`] naming the first bad field.
     pub fn validate(&self, n_tokens: usize) -> Result<(), TaskError> {
         if self.max_lag < 1 || self.max_lag >= n_tokens.max(1) {
-            return Err(TaskError::OutOfRange {
-                field: "max_lag",
-                value: self.max_lag.to_string(),
-                allowed: format!("1..={} (number of tokens − 1)", n_tokens.saturating_sub(1)),
-            });
+            return Err(TaskError::out_of_range(
+                "max_lag",
+                self.max_lag,
+                format!("1..={} (number of tokens − 1)", n_tokens.saturating_sub(1)),
+            ));
         }
         if self.n_shuffles < 1 {
-            return Err(out_of_range("n_shuffles", self.n_shuffles, "1.."));
+            return Err(TaskError::out_of_range(
+                "n_shuffles",
+                self.n_shuffles,
+                "1..",
+            ));
         }
         if self.shuffle_lags < 1 || self.shuffle_lags > self.max_lag {
-            return Err(TaskError::OutOfRange {
-                field: "shuffle_lags",
-                value: self.shuffle_lags.to_string(),
-                allowed: format!("1..={} (max_lag)", self.max_lag),
-            });
+            return Err(TaskError::out_of_range(
+                "shuffle_lags",
+                self.shuffle_lags,
+                format!("1..={} (max_lag)", self.max_lag),
+            ));
         }
         if !(self.alpha > 0.0 && self.alpha < 1.0) {
-            return Err(out_of_range("alpha", self.alpha, "(0, 1)"));
+            return Err(TaskError::out_of_range("alpha", self.alpha, "(0, 1)"));
         }
         if !(self.width_frac > 0.0 && self.width_frac < 1.0) {
-            return Err(out_of_range("width_frac", self.width_frac, "(0, 1)"));
+            return Err(TaskError::out_of_range(
+                "width_frac",
+                self.width_frac,
+                "(0, 1)",
+            ));
         }
         Ok(())
     }
@@ -194,14 +202,6 @@ impl MiConfig {
     pub fn band_z(&self) -> f64 {
         let normal = Normal::standard();
         normal.inverse_cdf(1.0 - self.alpha / self.max_lag as f64)
-    }
-}
-
-fn out_of_range(field: &'static str, value: impl ToString, allowed: &str) -> TaskError {
-    TaskError::OutOfRange {
-        field,
-        value: value.to_string(),
-        allowed: allowed.to_string(),
     }
 }
 
@@ -777,14 +777,14 @@ pub fn profile_examples(examples: &[Example], cfg: &MiConfig) -> Result<MiProfil
     let lags: Vec<usize> = (1..=cfg.max_lag).collect();
     let stats = lag_stats(&inputs, &lags);
     if let Some(r) = stats.iter().position(|s| s.n == 0) {
-        return Err(TaskError::OutOfRange {
-            field: "max_lag",
-            value: cfg.max_lag.to_string(),
-            allowed: format!(
+        return Err(TaskError::out_of_range(
+            "max_lag",
+            cfg.max_lag,
+            format!(
                 "1..={r} (no scored target has an input {} tokens back)",
                 r + 1
             ),
-        });
+        ));
     }
     let null_lags: Vec<usize> = (1..=cfg.shuffle_lags).collect();
     let mut null = Vec::with_capacity(cfg.n_shuffles * cfg.shuffle_lags);

@@ -147,18 +147,12 @@ pub fn encode(c: char) -> Option<u32> {
 
 /// Character of token id `id`, or `None` for [`PAD`] and ids `≥ 66`.
 pub fn decode(id: u32) -> Option<char> {
-    (id as usize)
-        .checked_sub(1)
-        .and_then(|i| CHARS.get(i))
-        .copied()
+    crate::decode_char(&CHARS, id)
 }
 
 /// The string of `ids` with [`PAD`] dropped, or `None` if some id is `≥ 66`.
 pub fn decode_ids(ids: &[u32]) -> Option<String> {
-    ids.iter()
-        .filter(|&&id| id != PAD)
-        .map(|&id| decode(id))
-        .collect()
+    crate::decode_chars(&CHARS, ids)
 }
 
 /// What fills the context around the needle. Serialised as `"noise"` / `"pairs"`.
@@ -227,35 +221,31 @@ impl NeedleConfig {
     /// values).
     pub fn validate(&self) -> Result<(), TaskError> {
         if !(1..=MAX_KEY_LEN).contains(&self.key_len) {
-            return Err(TaskError::OutOfRange {
-                field: "key_len",
-                value: self.key_len.to_string(),
-                allowed: format!("1..={MAX_KEY_LEN}"),
-            });
+            return Err(TaskError::out_of_range(
+                "key_len",
+                self.key_len,
+                format!("1..={MAX_KEY_LEN}"),
+            ));
         }
         if !(1..=MAX_VALUE_LEN).contains(&self.value_len) {
-            return Err(TaskError::OutOfRange {
-                field: "value_len",
-                value: self.value_len.to_string(),
-                allowed: format!("1..={MAX_VALUE_LEN}"),
-            });
+            return Err(TaskError::out_of_range(
+                "value_len",
+                self.value_len,
+                format!("1..={MAX_VALUE_LEN}"),
+            ));
         }
         let min = self.min_seq_len();
         if self.seq_len < min {
-            return Err(TaskError::OutOfRange {
-                field: "seq_len",
-                value: self.seq_len.to_string(),
-                allowed: format!("{min}.. (key_len, value_len)"),
-            });
+            return Err(TaskError::out_of_range(
+                "seq_len",
+                self.seq_len,
+                format!("{min}.. (key_len, value_len)"),
+            ));
         }
         if let Some(d) = self.depth
             && !(d.is_finite() && (0.0..=1.0).contains(&d))
         {
-            return Err(TaskError::OutOfRange {
-                field: "depth",
-                value: d.to_string(),
-                allowed: "0.0..=1.0".into(),
-            });
+            return Err(TaskError::out_of_range("depth", d, "0.0..=1.0"));
         }
         Ok(())
     }

@@ -79,20 +79,20 @@ impl TextConfig {
     /// [`TaskError`] naming the field.
     pub fn validate(&self) -> Result<(), TaskError> {
         if !(self.eval_fraction > 0.0 && self.eval_fraction <= 0.5) {
-            return Err(TaskError::OutOfRange {
-                field: "eval_fraction",
-                value: self.eval_fraction.to_string(),
-                allowed: "(0, 0.5]".into(),
-            });
+            return Err(TaskError::out_of_range(
+                "eval_fraction",
+                self.eval_fraction,
+                "(0, 0.5]",
+            ));
         }
         let s = self.stream()?;
         let (lo, hi) = self.range(s.ids.len(), Split::Eval);
         if hi - lo < self.seq_len + 1 {
-            return Err(TaskError::OutOfRange {
-                field: "seq_len",
-                value: self.seq_len.to_string(),
-                allowed: format!("1..={} (held-out tokens − 1)", (hi - lo).saturating_sub(1)),
-            });
+            return Err(TaskError::out_of_range(
+                "seq_len",
+                self.seq_len,
+                format!("1..={} (held-out tokens − 1)", (hi - lo).saturating_sub(1)),
+            ));
         }
         Ok(())
     }
@@ -115,11 +115,11 @@ impl TextConfig {
         let mut rng = example_rng(seed, split, index)?;
         let (lo, hi) = self.range(s.ids.len(), split);
         if hi - lo < self.seq_len + 1 {
-            return Err(TaskError::OutOfRange {
-                field: "seq_len",
-                value: self.seq_len.to_string(),
-                allowed: format!("1..={} ({split:?} tokens − 1)", (hi - lo).saturating_sub(1)),
-            });
+            return Err(TaskError::out_of_range(
+                "seq_len",
+                self.seq_len,
+                format!("1..={} ({split:?} tokens − 1)", (hi - lo).saturating_sub(1)),
+            ));
         }
         let start = rng.random_range(lo..=hi - self.seq_len - 1);
         let w = &s.ids[start..start + self.seq_len + 1];

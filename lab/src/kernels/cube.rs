@@ -247,6 +247,102 @@ mod kernels {
         raw * inv_sqrt_p
     }
 
+    /// Score `s_ij` of row `x` (query `i`, or key `j` — the score is symmetric in the two rows)
+    /// against the row at `y[yb..yb + w]`: `scale · x·y` on score-space vectors (NoPE, RoPE,
+    /// PoPE), or TAPA's `A · cos(2π |i − j|^α P)` on raw q/k (TAPA, eq. 3). `x_sum = Σ x_P`
+    /// (linear phase only).
+    #[cube]
+    pub fn score(
+        x: &Array<f32>,
+        x_sum: f32,
+        y: &[f32],
+        yb: usize,
+        i: usize,
+        j: usize,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+    ) -> f32 {
+        let mut s = 0.0f32;
+        if tapa {
+            let a = tapa_amp(x, y, yb, inv_sqrt_a, amp);
+            let p = tapa_phase(x, x_sum, y, yb, inv_sqrt_p, amp, w, linear);
+            let phi = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha) * p;
+            s += a * f32::cos(phi);
+        } else {
+            s += dot_range(x, y, yb, 0usize, w) * scale;
+        }
+        s
+    }
+
+    /// One backward term of [`score`]: with `p_ij = exp(s_ij − lse_i)` and
+    /// `ds_ij = p_ij (dp_ij − Δ_i)` (FlashAttention-2, Alg. 2), adds `ds_ij · ∂s_ij/∂x` to `g`
+    /// and returns `p_ij` (for `dv`). Arguments as in [`score`]; TAPA's derivatives are
+    /// `∂s/∂A = cos φ` and `∂s/∂P = −A sin φ · 2π|i − j|^α`.
+    #[cube]
+    pub fn add_score_grad(
+        g: &mut Array<f32>,
+        x: &Array<f32>,
+        x_sum: f32,
+        y: &[f32],
+        yb: usize,
+        i: usize,
+        j: usize,
+        lse_i: f32,
+        dp: f32,
+        delta_i: f32,
+        scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
+        #[comptime] w: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
+        #[comptime] linear: bool,
+    ) -> f32 {
+        let mut p = 0.0f32;
+        if tapa {
+            let a = tapa_amp(x, y, yb, inv_sqrt_a, amp);
+            let ph = tapa_phase(x, x_sum, y, yb, inv_sqrt_p, amp, w, linear);
+            let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
+            let phi = two_pi_dist * ph;
+            let cos_phi = f32::cos(phi);
+            p += f32::exp(a * cos_phi - lse_i);
+            let ds = p * (dp - delta_i);
+            let ga = ds * cos_phi * inv_sqrt_a;
+            let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
+            #[unroll]
+            for c in 0..amp {
+                g[c] += ga * y[yb + c];
+            }
+            if linear {
+                #[unroll]
+                for c in amp..w {
+                    g[c] += gp;
+                }
+            } else {
+                #[unroll]
+                for c in amp..w {
+                    g[c] += gp * y[yb + c];
+                }
+            }
+        } else {
+            let s = dot_range(x, y, yb, 0usize, w) * scale;
+            p += f32::exp(s - lse_i);
+            let ds = p * (dp - delta_i) * scale;
+            #[unroll]
+            for c in 0..w {
+                g[c] += ds * y[yb + c];
+            }
+        }
+        p
+    }
+
     /// Forward: one unit per query row. `q`, `k`: `[rows, w]`; `v`, `out`: `[rows, d]`;
     /// `lse`: `[rows]`. `tapa` selects the TAPA score on raw q/k (then `w == d`).
     #[cube(launch)]
@@ -295,16 +391,22 @@ mod kernels {
         m -= 1.0e30f32;
         let mut sum = 0.0f32;
         for j in 0..i + 1 {
-            let kb = (base + j) * w;
-            let mut s = 0.0f32;
-            if tapa {
-                let a = tapa_amp(&qi, k, kb, inv_sqrt_a, amp);
-                let p = tapa_phase(&qi, q_sum, k, kb, inv_sqrt_p, amp, w, linear);
-                let phi = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha) * p;
-                s += a * f32::cos(phi);
-            } else {
-                s += dot_range(&qi, k, kb, 0usize, w) * scale;
-            }
+            let s = score(
+                &qi,
+                q_sum,
+                k,
+                (base + j) * w,
+                i,
+                j,
+                scale,
+                inv_sqrt_a,
+                inv_sqrt_p,
+                alpha,
+                w,
+                tapa,
+                amp,
+                linear,
+            );
             let m_new = f32::max(m, s);
             let corr = f32::exp(m - m_new);
             let p = f32::exp(s - m_new);
@@ -394,41 +496,10 @@ mod kernels {
         for j in 0..i + 1 {
             let kb = (base + j) * w;
             let dp = dot_range(&doi, v, (base + j) * d, 0usize, d);
-            if tapa {
-                let a = tapa_amp(&qi, k, kb, inv_sqrt_a, amp);
-                let ph = tapa_phase(&qi, q_sum, k, kb, inv_sqrt_p, amp, w, linear);
-                let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
-                let phi = two_pi_dist * ph;
-                let cos_phi = f32::cos(phi);
-                let p = f32::exp(a * cos_phi - lse_i);
-                let ds = p * (dp - delta_i);
-                // ∂s/∂A = cos φ, ∂s/∂P = −A sin φ · 2π|i−j|^α.
-                let ga = ds * cos_phi * inv_sqrt_a;
-                let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
-                #[unroll]
-                for c in 0..amp {
-                    gq[c] += ga * k[kb + c];
-                }
-                if linear {
-                    #[unroll]
-                    for c in amp..w {
-                        gq[c] += gp;
-                    }
-                } else {
-                    #[unroll]
-                    for c in amp..w {
-                        gq[c] += gp * k[kb + c];
-                    }
-                }
-            } else {
-                let s = dot_range(&qi, k, kb, 0usize, w) * scale;
-                let p = f32::exp(s - lse_i);
-                let ds = p * (dp - delta_i) * scale;
-                #[unroll]
-                for c in 0..w {
-                    gq[c] += ds * k[kb + c];
-                }
-            }
+            add_score_grad(
+                &mut gq, &qi, q_sum, k, kb, i, j, lse_i, dp, delta_i, scale, inv_sqrt_a,
+                inv_sqrt_p, alpha, w, tapa, amp, linear,
+            );
         }
         #[unroll]
         for c in 0..w {
@@ -491,47 +562,13 @@ mod kernels {
             let lse_i = lse[qr];
             let delta_i = delta[qr];
             let dp = dot_range(&vj, dout, ob, 0usize, d);
-            if tapa {
-                let a = tapa_amp(&kj, q, qb, inv_sqrt_a, amp);
-                let ph = tapa_phase(&kj, k_sum, q, qb, inv_sqrt_p, amp, w, linear);
-                let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
-                let phi = two_pi_dist * ph;
-                let cos_phi = f32::cos(phi);
-                let p = f32::exp(a * cos_phi - lse_i);
-                #[unroll]
-                for c in 0..d {
-                    gv[c] += p * dout[ob + c];
-                }
-                let ds = p * (dp - delta_i);
-                let ga = ds * cos_phi * inv_sqrt_a;
-                let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
-                #[unroll]
-                for c in 0..amp {
-                    gk[c] += ga * q[qb + c];
-                }
-                if linear {
-                    #[unroll]
-                    for c in amp..w {
-                        gk[c] += gp;
-                    }
-                } else {
-                    #[unroll]
-                    for c in amp..w {
-                        gk[c] += gp * q[qb + c];
-                    }
-                }
-            } else {
-                let s = dot_range(&kj, q, qb, 0usize, w) * scale;
-                let p = f32::exp(s - lse_i);
-                #[unroll]
-                for c in 0..d {
-                    gv[c] += p * dout[ob + c];
-                }
-                let ds = p * (dp - delta_i) * scale;
-                #[unroll]
-                for c in 0..w {
-                    gk[c] += ds * q[qb + c];
-                }
+            let p = add_score_grad(
+                &mut gk, &kj, k_sum, q, qb, i, j, lse_i, dp, delta_i, scale, inv_sqrt_a,
+                inv_sqrt_p, alpha, w, tapa, amp, linear,
+            );
+            #[unroll]
+            for c in 0..d {
+                gv[c] += p * dout[ob + c];
             }
         }
         #[unroll]
@@ -624,16 +661,22 @@ mod kernels {
                     jend = i + 1;
                 }
                 for j in j0..jend {
-                    let kb = (j - j0) * w;
-                    let mut s = 0.0f32;
-                    if tapa {
-                        let a = tapa_amp(&qi, &ks, kb, inv_sqrt_a, amp);
-                        let p = tapa_phase(&qi, q_sum, &ks, kb, inv_sqrt_p, amp, w, linear);
-                        let phi = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha) * p;
-                        s += a * f32::cos(phi);
-                    } else {
-                        s += dot_range(&qi, &ks, kb, 0usize, w) * scale;
-                    }
+                    let s = score(
+                        &qi,
+                        q_sum,
+                        &ks,
+                        (j - j0) * w,
+                        i,
+                        j,
+                        scale,
+                        inv_sqrt_a,
+                        inv_sqrt_p,
+                        alpha,
+                        w,
+                        tapa,
+                        amp,
+                        linear,
+                    );
                     let m_new = f32::max(m, s);
                     let corr = f32::exp(m - m_new);
                     let p = f32::exp(s - m_new);
@@ -747,40 +790,10 @@ mod kernels {
                 for j in j0..jend {
                     let kb = (j - j0) * w;
                     let dp = dot_range(&doi, &vs, (j - j0) * d, 0usize, d);
-                    if tapa {
-                        let a = tapa_amp(&qi, &ks, kb, inv_sqrt_a, amp);
-                        let ph = tapa_phase(&qi, q_sum, &ks, kb, inv_sqrt_p, amp, w, linear);
-                        let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
-                        let phi = two_pi_dist * ph;
-                        let cos_phi = f32::cos(phi);
-                        let p = f32::exp(a * cos_phi - lse_i);
-                        let ds = p * (dp - delta_i);
-                        let ga = ds * cos_phi * inv_sqrt_a;
-                        let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
-                        #[unroll]
-                        for c in 0..amp {
-                            gq[c] += ga * ks[kb + c];
-                        }
-                        if linear {
-                            #[unroll]
-                            for c in amp..w {
-                                gq[c] += gp;
-                            }
-                        } else {
-                            #[unroll]
-                            for c in amp..w {
-                                gq[c] += gp * ks[kb + c];
-                            }
-                        }
-                    } else {
-                        let s = dot_range(&qi, &ks, kb, 0usize, w) * scale;
-                        let p = f32::exp(s - lse_i);
-                        let ds = p * (dp - delta_i) * scale;
-                        #[unroll]
-                        for c in 0..w {
-                            gq[c] += ds * ks[kb + c];
-                        }
-                    }
+                    add_score_grad(
+                        &mut gq, &qi, q_sum, &ks, kb, i, j, lse_i, dp, delta_i, scale,
+                        inv_sqrt_a, inv_sqrt_p, alpha, w, tapa, amp, linear,
+                    );
                 }
             }
             sync_cube();
@@ -891,47 +904,13 @@ mod kernels {
                     let lse_i = ls[tq];
                     let delta_i = dls[tq];
                     let dp = dot_range(&vj, &dos, ob, 0usize, d);
-                    if tapa {
-                        let a = tapa_amp(&kj, &qs, qb, inv_sqrt_a, amp);
-                        let ph = tapa_phase(&kj, k_sum, &qs, qb, inv_sqrt_p, amp, w, linear);
-                        let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
-                        let phi = two_pi_dist * ph;
-                        let cos_phi = f32::cos(phi);
-                        let p = f32::exp(a * cos_phi - lse_i);
-                        #[unroll]
-                        for c in 0..d {
-                            gv[c] += p * dos[ob + c];
-                        }
-                        let ds = p * (dp - delta_i);
-                        let ga = ds * cos_phi * inv_sqrt_a;
-                        let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
-                        #[unroll]
-                        for c in 0..amp {
-                            gk[c] += ga * qs[qb + c];
-                        }
-                        if linear {
-                            #[unroll]
-                            for c in amp..w {
-                                gk[c] += gp;
-                            }
-                        } else {
-                            #[unroll]
-                            for c in amp..w {
-                                gk[c] += gp * qs[qb + c];
-                            }
-                        }
-                    } else {
-                        let s = dot_range(&kj, &qs, qb, 0usize, w) * scale;
-                        let p = f32::exp(s - lse_i);
-                        #[unroll]
-                        for c in 0..d {
-                            gv[c] += p * dos[ob + c];
-                        }
-                        let ds = p * (dp - delta_i) * scale;
-                        #[unroll]
-                        for c in 0..w {
-                            gk[c] += ds * qs[qb + c];
-                        }
+                    let p = add_score_grad(
+                        &mut gk, &kj, k_sum, &qs, qb, i, j, lse_i, dp, delta_i, scale,
+                        inv_sqrt_a, inv_sqrt_p, alpha, w, tapa, amp, linear,
+                    );
+                    #[unroll]
+                    for c in 0..d {
+                        gv[c] += p * dos[ob + c];
                     }
                 }
             }

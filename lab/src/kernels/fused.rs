@@ -205,29 +205,38 @@ impl Saved {
     }
 }
 
+/// The registered backward of the flex attention (`N` = 3 parents q, k, v, or 4 with PoPE's δ).
 #[derive(Debug)]
 struct FusedBackward;
 
-impl Backward<Flex, 3> for FusedBackward {
+impl<const N: usize> Backward<Flex, N> for FusedBackward {
     type State = Saved;
 
-    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
         let ids = ops.parents.map(|p| p.map(|n| n.id));
         let dout = grads.consume::<Flex>(&ops.node);
         ops.state.register(&ids, &dout, grads);
     }
 }
 
-#[derive(Debug)]
-struct FusedPopeBackward;
-
-impl Backward<Flex, 4> for FusedPopeBackward {
-    type State = Saved;
-
-    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let ids = ops.parents.map(|p| p.map(|n| n.id));
-        let dout = grads.consume::<Flex>(&ops.node);
-        ops.state.register(&ids, &dout, grads);
+/// Autodiff attention on flex: `inputs` are `[q, k, v]`, or `[q, k, v, δ]` for PoPE.
+fn autodiff_flex<C: CheckpointStrategy, const N: usize>(
+    inputs: [FloatTensor<Autodiff<Flex, C>>; N],
+    encoding: KernelEncoding,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    let nodes = inputs.each_ref().map(|t| t.node());
+    let [q, k, v] = [0, 1, 2].map(|i| inputs[i].primitive());
+    let delta = inputs.get(3).map(|t| t.primitive());
+    match FusedBackward.prepare::<C>(nodes).compute_bound().stateful() {
+        OpsKind::Tracked(prep) => {
+            let (out, saved) =
+                Saved::forward(q.clone(), k.clone(), v.clone(), delta.cloned(), encoding);
+            prep.finish(saved, out)
+        }
+        OpsKind::UnTracked(prep) => {
+            let (out, _, shape) = forward_flex(q, k, v, delta, &encoding);
+            prep.finish(flex(out, &dims(shape)))
+        }
     }
 }
 
@@ -238,27 +247,7 @@ impl<C: CheckpointStrategy> FusedAttentionBackend for Autodiff<Flex, C> {
         v: FloatTensor<Self>,
         encoding: KernelEncoding,
     ) -> FloatTensor<Self> {
-        match FusedBackward
-            .prepare::<C>([q.node(), k.node(), v.node()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let (out, saved) = Saved::forward(
-                    q.primitive().clone(),
-                    k.primitive().clone(),
-                    v.primitive().clone(),
-                    None,
-                    encoding,
-                );
-                prep.finish(saved, out)
-            }
-            OpsKind::UnTracked(prep) => {
-                let (out, _, shape) =
-                    forward_flex(q.primitive(), k.primitive(), v.primitive(), None, &encoding);
-                prep.finish(flex(out, &dims(shape)))
-            }
-        }
+        autodiff_flex::<C, 3>([q, k, v], encoding)
     }
 
     fn fused_pope_attention(
@@ -268,33 +257,7 @@ impl<C: CheckpointStrategy> FusedAttentionBackend for Autodiff<Flex, C> {
         delta: FloatTensor<Self>,
         theta: Vec<f64>,
     ) -> FloatTensor<Self> {
-        let encoding = KernelEncoding::Pope { theta };
-        match FusedPopeBackward
-            .prepare::<C>([q.node(), k.node(), v.node(), delta.node()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let (out, saved) = Saved::forward(
-                    q.primitive().clone(),
-                    k.primitive().clone(),
-                    v.primitive().clone(),
-                    Some(delta.primitive().clone()),
-                    encoding,
-                );
-                prep.finish(saved, out)
-            }
-            OpsKind::UnTracked(prep) => {
-                let (out, _, shape) = forward_flex(
-                    q.primitive(),
-                    k.primitive(),
-                    v.primitive(),
-                    Some(delta.primitive()),
-                    &encoding,
-                );
-                prep.finish(flex(out, &dims(shape)))
-            }
-        }
+        autodiff_flex::<C, 4>([q, k, v, delta], KernelEncoding::Pope { theta })
     }
 }
 

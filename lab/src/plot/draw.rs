@@ -81,6 +81,21 @@ fn font(size: u32) -> TextStyle<'static> {
     (FONT, size).into_font().into()
 }
 
+/// Split a 30-pixel footnote strip off the bottom of `area`, write `text` there (grey, 14 px)
+/// and return the area above it.
+fn with_footnote<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    text: &str,
+) -> Result<DrawingArea<DB, Shift>, Box<dyn std::error::Error + Send + Sync>>
+where
+    DB::ErrorType: 'static,
+{
+    let (_, h) = area.dim_in_pixel();
+    let (main, note) = area.split_vertically(h - 30);
+    note.draw(&Text::new(text, (20, 4), font(14).color(&GREY)))?;
+    Ok(main)
+}
+
 /// Ticks for a log axis over `[lo, hi]`: 1, 2, 5 per decade (1..9 when that gives fewer than 3).
 pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     let ticks_for = |mults: &[f64]| {
@@ -331,13 +346,11 @@ impl Figure for SpectrumFigure {
             &format!("{enc} frequency use vs block width: energy share per rotary pair"),
             font(TITLE),
         )?;
-        let (w, h) = root.dim_in_pixel();
-        let (main, note) = root.split_vertically(h - 30);
-        note.draw(&Text::new(
+        let (w, _) = root.dim_in_pixel();
+        let main = with_footnote(
+            &root,
             "cells: energy share of each rotary pair at the end of training, mean over heads and seeds (log colour scale); dashed line: π/B, the frequency the law predicts",
-            (20, 6),
-            font(14).color(&GREY),
-        ))?;
+        )?;
         let (panels, bar) = main.split_horizontally(w - 150);
         let vmax = self
             .maps
@@ -789,13 +802,10 @@ impl Figure for GroupedBarsPlot {
             .map(|(i, l)| (legend_name(l), color_of(l, i)))
             .collect();
         draw_legend_strip(&legend, &items)?;
-        let (_, h) = rest.dim_in_pixel();
-        let (grid, note) = rest.split_vertically(h - 30);
-        note.draw(&Text::new(
+        let grid = with_footnote(
+            &rest,
             "bars: mean over seeds; whiskers: min–max over seeds; RoPE unless labelled otherwise; evaluated zero-shot at s × the training length",
-            (20, 4),
-            font(14).color(&GREY),
-        ))?;
+        )?;
         let areas = grid.split_evenly((rows, cols));
         for (p, area) in self.panels.iter().zip(areas.iter()) {
             let ng = p.ratios.len();
@@ -1013,13 +1023,7 @@ impl Figure for LinesPlot {
         DB::ErrorType: 'static,
     {
         let root = root.titled(&self.title, font(TITLE))?;
-        let (_, h) = root.dim_in_pixel();
-        let (grid, note) = root.split_vertically(h - 30);
-        note.draw(&Text::new(
-            self.note.clone(),
-            (20, 4),
-            font(14).color(&GREY),
-        ))?;
+        let grid = with_footnote(&root, &self.note)?;
         let areas = grid.split_evenly((1, self.panels.len()));
         for (p, a) in self.panels.iter().zip(areas.iter()) {
             draw_line_panel(a, p)?;
@@ -1066,13 +1070,10 @@ impl Figure for MiPlot {
             },
             font(TITLE),
         )?;
-        let (_, h) = root.dim_in_pixel();
-        let (grid, note) = root.split_vertically(h - 30);
-        note.draw(&Text::new(
+        let grid = with_footnote(
+            &root,
             "filled markers: MI above the shuffled-text bound (significant); hollow: not; non-positive estimates omitted (log axes)",
-            (20, 4),
-            font(14).color(&GREY),
-        ))?;
+        )?;
         let corpora = self.corpora();
         let rows = if self.rescaled {
             corpora.len()
