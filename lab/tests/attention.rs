@@ -164,7 +164,7 @@ fn gradients_tapa_quadratic_and_linear() {
 fn causal_mask_is_strictly_upper() {
     let m = causal_mask(3, &Device::flex())
         .into_data()
-        .to_vec::<bool>()
+        .try_to_vec::<bool>()
         .unwrap();
     assert_eq!(
         m,

@@ -254,7 +254,10 @@ mod tests {
         assert_eq!(decode_char(&chars, 1), Some('a'));
         assert_eq!(decode_char(&chars, 2), Some('b'));
         assert_eq!(decode_char(&chars, 3), None);
-        assert_eq!(decode_chars(&chars, &[0, 2, 1, 0, 2]).as_deref(), Some("bab"));
+        assert_eq!(
+            decode_chars(&chars, &[0, 2, 1, 0, 2]).as_deref(),
+            Some("bab")
+        );
         assert_eq!(decode_chars(&chars, &[1, 3]), None);
         assert_eq!(
             TaskError::out_of_range("block_len", 300, "1..=256 (seq_len)").to_string(),

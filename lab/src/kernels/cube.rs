@@ -791,8 +791,8 @@ mod kernels {
                     let kb = (j - j0) * w;
                     let dp = dot_range(&doi, &vs, (j - j0) * d, 0usize, d);
                     add_score_grad(
-                        &mut gq, &qi, q_sum, &ks, kb, i, j, lse_i, dp, delta_i, scale,
-                        inv_sqrt_a, inv_sqrt_p, alpha, w, tapa, amp, linear,
+                        &mut gq, &qi, q_sum, &ks, kb, i, j, lse_i, dp, delta_i, scale, inv_sqrt_a,
+                        inv_sqrt_p, alpha, w, tapa, amp, linear,
                     );
                 }
             }
@@ -905,8 +905,8 @@ mod kernels {
                     let delta_i = dls[tq];
                     let dp = dot_range(&vj, &dos, ob, 0usize, d);
                     let p = add_score_grad(
-                        &mut gk, &kj, k_sum, &qs, qb, i, j, lse_i, dp, delta_i, scale,
-                        inv_sqrt_a, inv_sqrt_p, alpha, w, tapa, amp, linear,
+                        &mut gk, &kj, k_sum, &qs, qb, i, j, lse_i, dp, delta_i, scale, inv_sqrt_a,
+                        inv_sqrt_p, alpha, w, tapa, amp, linear,
                     );
                     #[unroll]
                     for c in 0..d {
