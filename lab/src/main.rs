@@ -45,10 +45,10 @@ enum Cmd {
         /// Output folder [default: results/<NAME>].
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Runs at once (each a process; CPU threads are shared between them).
+        /// Runs at once (each a process; CPU threads are shared between them). Training sweeps only.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
         jobs: u16,
-        /// Compute backend.
+        /// Compute backend. Training sweeps only.
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
         /// Plain log lines instead of a progress bar.
@@ -251,7 +251,8 @@ enum Cmd {
     },
 }
 
-/// `lab sweep` options for failed runs, shards and clusters.
+/// `lab sweep` options for failed runs, shards and clusters (training sweeps only: an MI sweep
+/// refuses them).
 #[derive(clap::Args)]
 struct ClusterArgs {
     /// Rerun the runs recorded as failed (divergence, crashed process); others are kept.

@@ -563,6 +563,14 @@ fn every_sweep_writes_its_figures_as_png_and_svg() {
     );
     let tasks = svg("mi-profiles", "mi-tasks");
     assert!(tasks.contains("task:block-copy-B8: raw lag") && !tasks.contains("rescaled"));
+    assert!(
+        !tasks.contains("\ntoken\n"),
+        "no legend for one profile per panel"
+    );
+    assert!(
+        corpora.contains("\nchar\n"),
+        "a legend where granularities share a panel"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -1159,14 +1159,18 @@ impl Figure for MiPlot {
                                 + Circle::new((12, 0), 5, color.filled())
                         });
                 }
-                chart
-                    .configure_series_labels()
-                    .position(SeriesLabelPosition::UpperRight)
-                    .margin(10)
-                    .background_style(WHITE.mix(0.9))
-                    .border_style(BLACK.mix(0.4))
-                    .label_font(font(LEGEND))
-                    .draw()?;
+                // One profile per panel (the synthetic tasks): the title names it, and a legend
+                // would only hide data.
+                if profiles.len() > 1 {
+                    chart
+                        .configure_series_labels()
+                        .position(SeriesLabelPosition::UpperRight)
+                        .margin(10)
+                        .background_style(WHITE.mix(0.9))
+                        .border_style(BLACK.mix(0.4))
+                        .label_font(font(LEGEND))
+                        .draw()?;
+                }
             }
         }
         Ok(())
