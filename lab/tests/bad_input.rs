@@ -26,11 +26,17 @@ fn line_of(needle: &str) -> usize {
 /// Run `lab sweep FILE --preset P --out OUT`, expect exit 2 and exactly one stderr line;
 /// returns it. OUT must not be created.
 fn one_line_error(file: &Path, preset: &str, out: &Path) -> String {
+    one_line_error_with(file, preset, out, &[])
+}
+
+/// [`one_line_error`] with `extra` arguments after the others.
+fn one_line_error_with(file: &Path, preset: &str, out: &Path, extra: &[&str]) -> String {
     let o = lab()
         .arg("sweep")
         .arg(file)
         .args(["--preset", preset, "--no-progress", "--out"])
         .arg(out)
+        .args(extra)
         .output()
         .unwrap();
     let (stdout, stderr) = text(&o);
@@ -321,21 +327,12 @@ fn training_only_options_are_refused_for_an_mi_sweep() {
         (&["--jobs", "2"][..], "--jobs"),
         (&["--retry-failed"][..], "--retry-failed"),
     ] {
-        let o = lab()
-            .args(["sweep", "mi-profiles", "--preset", "smoke", "--out"])
-            .arg(&out)
-            .args(args)
-            .output()
-            .unwrap();
-        let (stdout, stderr) = text(&o);
-        assert_eq!(o.status.code(), Some(2), "{stdout}\n{stderr}");
-        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        let line = one_line_error_with(Path::new("mi-profiles"), "smoke", &out, args);
         assert!(
-            stderr.starts_with(&format!(
+            line.starts_with(&format!(
                 "error: {opt} does not apply to mi-profiles: it is an MI sweep"
             )),
-            "{stderr}"
+            "{line}"
         );
-        assert!(!out.exists(), "output written: {stderr}");
     }
 }

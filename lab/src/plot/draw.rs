@@ -96,6 +96,28 @@ where
     Ok(main)
 }
 
+/// The series legend of `chart` in the figures' one style (white box, grey border, legend font).
+fn draw_series_legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+    margin: u32,
+) -> DrawResult
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: plotters::coord::CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .position(position)
+        .margin(margin)
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK.mix(0.4))
+        .label_font(font(LEGEND))
+        .draw()?;
+    Ok(())
+}
+
 /// Ticks for a log axis over `[lo, hi]`: 1, 2, 5 per decade (1..9 when that gives fewer than 3).
 pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
     let ticks_for = |mults: &[f64]| {
@@ -735,14 +757,7 @@ impl Figure for BarsPlot {
                 .legend(|(x, y)| {
                     PathElement::new(vec![(x, y), (x + 24, y)], BLACK.stroke_width(2))
                 });
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .margin(12)
-                .background_style(WHITE.mix(0.9))
-                .border_style(BLACK.mix(0.4))
-                .label_font(font(LEGEND))
-                .draw()?;
+            draw_series_legend(&mut chart, SeriesLabelPosition::UpperLeft, 12)?;
         }
         root.draw(&Text::new(
             "bar: mean over seeds; dots: seeds; whiskers: min–max",
@@ -987,14 +1002,7 @@ where
                     });
             }
             if let Some(pos) = &p.legend {
-                $chart
-                    .configure_series_labels()
-                    .position(pos.clone())
-                    .margin(10)
-                    .background_style(WHITE.mix(0.9))
-                    .border_style(BLACK.mix(0.4))
-                    .label_font(font(LEGEND))
-                    .draw()?;
+                draw_series_legend(&mut $chart, pos.clone(), 10)?;
             }
         }};
     }
@@ -1162,14 +1170,7 @@ impl Figure for MiPlot {
                 // One profile per panel (the synthetic tasks): the title names it, and a legend
                 // would only hide data.
                 if profiles.len() > 1 {
-                    chart
-                        .configure_series_labels()
-                        .position(SeriesLabelPosition::UpperRight)
-                        .margin(10)
-                        .background_style(WHITE.mix(0.9))
-                        .border_style(BLACK.mix(0.4))
-                        .label_font(font(LEGEND))
-                        .draw()?;
+                    draw_series_legend(&mut chart, SeriesLabelPosition::UpperRight, 10)?;
                 }
             }
         }
