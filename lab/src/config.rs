@@ -89,6 +89,10 @@ pub const FIELDS: &[&str] = &[
     "max_grad_norm",
     "corpus",
     "granularity",
+    "stop",
+    "min_steps",
+    "stop_window",
+    "stop_tol",
 ];
 
 /// Task family of a run.
@@ -228,6 +232,41 @@ fn default_haystack() -> Haystack {
 /// Default [`RunConfig::max_grad_norm`]: orders of magnitude above the gradient norms of a
 /// run that trains (clipping is at `grad_clip`, typically 1).
 pub const DEFAULT_MAX_GRAD_NORM: f64 = 1e6;
+
+/// When a run stops training (docs/analysis-rules.md, R3).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StopRule {
+    /// After `steps` optimiser steps.
+    #[default]
+    Steps,
+    /// When every layer's θ_eff has stopped moving: at an evaluation at step ≥ `min_steps`, the
+    /// spread (max − min) of `ln θ_eff` of each layer's spectrum over the last `stop_window + 1`
+    /// evaluations is at most `stop_tol`; at most `steps` steps.
+    Spectrum,
+}
+
+impl StopRule {
+    fn is_steps(&self) -> bool {
+        *self == StopRule::Steps
+    }
+}
+
+fn is_zero_usize(v: &usize) -> bool {
+    *v == 0
+}
+fn default_stop_window() -> usize {
+    3
+}
+fn is_default_stop_window(v: &usize) -> bool {
+    *v == default_stop_window()
+}
+fn default_stop_tol() -> f64 {
+    0.05
+}
+fn is_default_stop_tol(v: &f64) -> bool {
+    *v == default_stop_tol()
+}
 fn default_max_grad_norm() -> f64 {
     DEFAULT_MAX_GRAD_NORM
 }
@@ -346,6 +385,27 @@ pub struct RunConfig {
     /// `tasks::granularity`); empty for other tasks.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub granularity: String,
+    /// Stopping rule: `steps` (default: train `steps` steps) or `spectrum` (stop when every
+    /// layer's θ_eff has converged, docs/analysis-rules.md R3; `steps` is then the cap).
+    /// The four stopping fields are serialised only when not at their defaults, so the ids of
+    /// runs that do not use them are unchanged.
+    #[serde(default, skip_serializing_if = "StopRule::is_steps")]
+    pub stop: StopRule,
+    /// `stop = "spectrum"`: no stop before this many steps.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub min_steps: usize,
+    /// `stop = "spectrum"`: evaluations (after the first) over which θ_eff must hold still.
+    #[serde(
+        default = "default_stop_window",
+        skip_serializing_if = "is_default_stop_window"
+    )]
+    pub stop_window: usize,
+    /// `stop = "spectrum"`: largest spread of `ln θ_eff` (≈ relative change) over the window.
+    #[serde(
+        default = "default_stop_tol",
+        skip_serializing_if = "is_default_stop_tol"
+    )]
+    pub stop_tol: f64,
 }
 
 impl RunConfig {
@@ -425,6 +485,15 @@ impl RunConfig {
         }
         finite_range("tapa_alpha", self.tapa_alpha, 0.0, 10.0)?;
         finite_range("max_grad_norm", self.max_grad_norm, 0.0, 1e30)?;
+        range("min_steps", self.min_steps, 0, self.steps)?;
+        range("stop_window", self.stop_window, 1, 1000)?;
+        if !(self.stop_tol > 0.0 && self.stop_tol <= 10.0) {
+            return Err(ConfigError::new(
+                "stop_tol",
+                self.stop_tol,
+                "must be in (0, 10]",
+            ));
+        }
         let task = self.task();
         task.validate()
             .map_err(|e| ConfigError::Task(e.to_string()))?;
@@ -661,6 +730,10 @@ pub(crate) mod tests {
             max_grad_norm: DEFAULT_MAX_GRAD_NORM,
             corpus: String::new(),
             granularity: String::new(),
+            stop: StopRule::Steps,
+            min_steps: 0,
+            stop_window: 3,
+            stop_tol: 0.05,
         }
     }
 
@@ -701,8 +774,15 @@ pub(crate) mod tests {
     fn fields_list_matches_struct() {
         let v = serde_json::to_value(tiny()).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
-        // empty for non-corpus runs, so not serialised
-        keys.extend(["corpus", "granularity"]);
+        // empty for non-corpus runs, and the stopping fields at their defaults: not serialised
+        keys.extend([
+            "corpus",
+            "granularity",
+            "stop",
+            "min_steps",
+            "stop_window",
+            "stop_tol",
+        ]);
         let mut sorted = FIELDS.to_vec();
         sorted.sort();
         let mut keys_sorted = keys.clone();
@@ -743,6 +823,19 @@ pub(crate) mod tests {
         let mut b = tiny();
         b.seed = 1;
         assert_ne!(a.run_id(), b.run_id());
+        // The stopping fields at their defaults are not serialised (ids of older runs hold);
+        // a spectrum stop is part of the identity.
+        assert!(!a.canonical_json().contains("stop"));
+        let mut c = tiny();
+        c.stop = StopRule::Spectrum;
+        assert!(c.canonical_json().contains(r#""stop":"spectrum""#));
+        assert_ne!(a.run_id(), c.run_id());
+        c.validate().unwrap();
+        c.min_steps = c.steps + 1;
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "min_steps = 5 is out of range: must be in 0..=4"
+        );
     }
 
     #[test]

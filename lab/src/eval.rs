@@ -37,6 +37,9 @@ pub enum EvalError {
     /// A `--set key=value` that is not a config field or does not parse.
     #[error("--set {0}")]
     Override(String),
+    /// An ablation that does not apply to the run.
+    #[error("--ablate-pairs {0}")]
+    Ablate(String),
 }
 
 /// What to evaluate.
@@ -51,6 +54,18 @@ pub struct EvalRequest {
     /// Name recorded in the table's `eval_name` column (`adhoc` from `lab eval`; the
     /// `[[evals]]` entry's name in a sweep).
     pub name: String,
+    /// Rotary pairs whose frequency is set to 0 for this evaluation (the causal check,
+    /// SCIENCE.md §8); RoPE runs only.
+    pub ablate: Option<Ablation>,
+}
+
+/// An ablation: rotary pairs evaluated with `θ_i = 0` (NoPE pairs; their q/k content is kept).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ablation {
+    /// Label in the `evals` table's `ablate_band` column (`law`, `far`, or `pairs` from the CLI).
+    pub band: String,
+    /// Pair indices `i` (0-based, `θ_i = base^(−2i/head_dim)`).
+    pub pairs: Vec<usize>,
 }
 
 /// Result of one evaluation.
@@ -68,8 +83,10 @@ pub struct EvalOutcome {
     pub effective_freq: f64,
     /// RoPE attention factor applied.
     pub attention_factor: f64,
-    /// Identity of this evaluation (hash of run id, length, scaling, overrides).
+    /// Identity of this evaluation (hash of run id, length, scaling, overrides, ablation).
     pub eval_id: String,
+    /// The ablation applied, if any.
+    pub ablate: Option<Ablation>,
 }
 
 /// Apply `key=value` overrides to a config (values parsed as TOML scalars).
@@ -144,7 +161,25 @@ pub fn eval_model(
     if scaling.kind == ScalingKind::Dynamic && scaling.seq_len.is_none() {
         scaling.seq_len = Some(req.seq_len);
     }
-    let freqs = scaled_inv_freq(cfg.head_dim(), cfg.rope_base, &scaling)?;
+    let mut freqs = scaled_inv_freq(cfg.head_dim(), cfg.rope_base, &scaling)?;
+    if let Some(a) = &req.ablate {
+        if cfg.encoding != Encoding::Rope {
+            return Err(EvalError::Ablate(format!(
+                "applies to RoPE runs only; this run's encoding is {}",
+                cfg.encoding.name()
+            )));
+        }
+        let n = freqs.inv_freq.len();
+        if let Some(&bad) = a.pairs.iter().find(|&&i| i >= n) {
+            return Err(EvalError::Ablate(format!(
+                "pair {bad} is out of range: must be in 0..={} (head_dim / 2 − 1)",
+                n - 1
+            )));
+        }
+        for &i in &a.pairs {
+            freqs.inv_freq[i] = 0.0;
+        }
+    }
     let model = if cfg.encoding == Encoding::Rope {
         model.with_scaling(&freqs)
     } else {
@@ -157,6 +192,9 @@ pub fn eval_model(
         h.update(req.name.as_bytes());
         h.update(cfg.canonical_json().as_bytes());
         h.update(serde_json::to_string(&scaling).unwrap().as_bytes());
+        if let Some(a) = &req.ablate {
+            h.update(format!("ablate {} {:?}", a.band, a.pairs).as_bytes());
+        }
         h.finalize().to_hex()[..16].to_string()
     };
     let out = EvalOutcome {
@@ -171,6 +209,7 @@ pub fn eval_model(
         },
         eval_id,
         config: cfg,
+        ablate: req.ablate.clone(),
     };
     Ok((out, scaling))
 }
@@ -261,6 +300,30 @@ pub fn evals_row(
         .f64("loss", vec![out.loss])
         .f64("accuracy", vec![out.accuracy])
         .f64("effective_freq", vec![out.effective_freq])
+        .str(
+            "ablate_band",
+            vec![
+                out.ablate
+                    .as_ref()
+                    .map(|a| a.band.clone())
+                    .unwrap_or_default(),
+            ],
+        )
+        .str(
+            "ablated_pairs",
+            vec![
+                out.ablate
+                    .as_ref()
+                    .map(|a| {
+                        a.pairs
+                            .iter()
+                            .map(|i| i.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    })
+                    .unwrap_or_default(),
+            ],
+        )
         .i64("seed", vec![train_cfg.seed as i64])
         .str("config_json", vec![out.config.canonical_json()])
         .build()

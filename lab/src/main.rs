@@ -113,7 +113,7 @@ enum Cmd {
     },
     /// Evaluate a trained run (its folder results/<sweep>/runs/<id>, or a checkpoint) at another length, with any RoPE scaling.
     #[command(
-        after_help = "Examples:\n  lab eval results/block-width/runs/<id> --seq-len 256\n  lab eval results/block-width/runs/<id> --seq-len 512 --scaling yarn --factor 4 --set block_len=32"
+        after_help = "Examples:\n  lab eval results/block-width/runs/<id> --seq-len 256\n  lab eval results/block-width/runs/<id> --seq-len 512 --scaling yarn --factor 4 --set block_len=32\n  lab eval results/block-width/runs/<id> --seq-len 128 --ablate-pairs 2,3"
     )]
     Eval {
         /// Run folder or checkpoint folder (holding config.json and model.safetensors).
@@ -126,6 +126,9 @@ enum Cmd {
         /// Override a config field for the evaluation data, key=value (repeatable), e.g. block_len=32.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         overrides: Vec<String>,
+        /// RoPE runs: evaluate with these rotary pairs at θ = 0 (the causal check), e.g. 2,3.
+        #[arg(long, value_name = "I,J,...", value_delimiter = ',')]
+        ablate_pairs: Vec<usize>,
         /// Compute backend.
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
@@ -730,6 +733,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             seq_len,
             scaling,
             overrides,
+            ablate_pairs,
             backend,
         } => {
             let req = lab::eval::EvalRequest {
@@ -737,6 +741,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 scaling: scaling.to_scaling(0),
                 overrides,
                 name: "adhoc".to_string(),
+                ablate: (!ablate_pairs.is_empty()).then(|| lab::eval::Ablation {
+                    band: "pairs".to_string(),
+                    pairs: ablate_pairs,
+                }),
             };
             let out = lab::eval::eval_checkpoint(&checkpoint, &req, &backend.device()?)?;
             println!(
@@ -746,6 +754,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     "train_seq_len": out.train_seq_len, "scaling": req.scaling.kind,
                     "factor": req.scaling.factor, "attention_factor": out.attention_factor,
                     "loss": out.loss, "accuracy": out.accuracy, "effective_freq": out.effective_freq,
+                    "ablated_pairs": out.ablate.as_ref().map(|a| a.pairs.clone()),
                 })
             );
             Ok(ExitCode::SUCCESS)

@@ -788,6 +788,26 @@ pub fn corpus_dep_width(cfg: &crate::config::RunConfig) -> Option<usize> {
     r.profile.dep_width
 }
 
+/// Examples profiled by [`run_data_width`].
+pub const RUN_WIDTH_EXAMPLES: usize = 256;
+
+/// The dependency width of a run's own training data from its MI profile
+/// (docs/analysis-rules.md, R4): [`RUN_WIDTH_EXAMPLES`] training examples of the run's seed,
+/// lags `1..seq_len−1`, [`MiConfig`]'s defaults otherwise (Miller–Madow, shuffled baseline,
+/// `width_frac` 0.1). `None` when no lag is significant or the profile cannot be computed
+/// (e.g. `seq_len < 3`).
+pub fn run_data_width(cfg: &crate::config::RunConfig) -> Option<usize> {
+    let examples = cfg
+        .task()
+        .batch(cfg.seed, Split::Train, 0, RUN_WIDTH_EXAMPLES)
+        .ok()?;
+    let mi_cfg = MiConfig {
+        max_lag: cfg.seq_len.checked_sub(1).filter(|&r| r >= 4)?,
+        ..MiConfig::default()
+    };
+    profile_examples(&examples, &mi_cfg).ok()?.dep_width
+}
+
 /// The law's recommendation for one corpus at one granularity (`lab recommend`).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Recommendation {

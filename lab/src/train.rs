@@ -20,7 +20,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use tasks::{Example, Split};
 
-use crate::config::RunConfig;
+use crate::config::{RunConfig, StopRule};
 use crate::model::{Transformer, masked_cross_entropy};
 use crate::probe;
 
@@ -484,6 +484,84 @@ pub struct TrainOutcome {
     pub answer_accuracy: Option<f64>,
     /// iGSM only: share of greedy-decoded solutions that pass the checker.
     pub solution_valid: Option<f64>,
+    /// `stop = "spectrum"`: the step at which every layer's θ_eff had converged and training
+    /// stopped (docs/analysis-rules.md, R3); `None` when the cap `steps` was reached or the rule
+    /// is `steps`.
+    pub converged_step: Option<usize>,
+    /// Block task: the dependency width of the run's training data from its MI profile
+    /// (docs/analysis-rules.md, R4; set by the sweep runner); `None` when nothing is significant.
+    pub dep_width_mi: Option<usize>,
+    /// What each layer attends to at the end: `[layer][lag]`, the mean attention weight at lag
+    /// `Δ = t − s` over the scored queries of the first held-out batch and over heads (each
+    /// layer's profile sums to 1; see [`attention_lag_profiles`]). `None` for a failed run.
+    pub attention_lags: Option<Vec<Vec<f64>>>,
+}
+
+/// Each layer's attention lag profile (`[layer][lag]`, sums to 1 per layer): the mean attention
+/// weight at lag `Δ = t − s` over the scored query positions of the first held-out batch of
+/// `cfg` and over heads ([`probe::attention_lag_sums`]). Materialises `seq × seq` weights per
+/// head, so it is computed once, on the final model.
+pub fn attention_lag_profiles(
+    model: &Transformer,
+    cfg: &RunConfig,
+    device: &Device,
+) -> Vec<Vec<f64>> {
+    let model = model.valid();
+    let eval_device = device.clone().inner();
+    let examples = cfg
+        .task()
+        .batch(cfg.seed, Split::Eval, 0, cfg.batch_size)
+        .expect("config validated");
+    let batch = to_batch(&examples, &eval_device);
+    let seq = cfg.seq_len;
+    let weights = model.attention_weights(batch.inputs);
+    weights
+        .into_iter()
+        .map(|w| {
+            let w = w.into_data().try_to_vec::<f32>().expect("f32 weights");
+            let mut sums = vec![0.0f64; seq];
+            let mut n = 0usize;
+            for (b, ex) in examples.iter().enumerate() {
+                let queries: Vec<usize> = (0..seq).filter(|&t| ex.mask[t]).collect();
+                for h in 0..cfg.n_heads {
+                    let off = (b * cfg.n_heads + h) * seq * seq;
+                    let s = probe::attention_lag_sums(&w[off..off + seq * seq], seq, &queries);
+                    for (a, x) in sums.iter_mut().zip(s) {
+                        *a += x;
+                    }
+                    n += queries.len();
+                }
+            }
+            sums.iter().map(|x| x / n.max(1) as f64).collect()
+        })
+        .collect()
+}
+
+/// Whether the spectrum has converged (docs/analysis-rules.md, R3): `history[e][l]` is θ_eff of
+/// layer `l` at evaluation `e` (oldest first). True when there are at least `window + 1`
+/// evaluations and, for every layer, `max − min` of `ln θ_eff` over the last `window + 1` of them
+/// is at most `tol`.
+pub fn spectrum_converged(history: &[Vec<f64>], window: usize, tol: f64) -> bool {
+    if history.len() < window + 1 || history.is_empty() {
+        return false;
+    }
+    let recent = &history[history.len() - window - 1..];
+    let n_layers = recent[0].len();
+    (0..n_layers).all(|l| {
+        let logs = recent.iter().map(|e| e[l].ln());
+        let (lo, hi) = logs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+            (lo.min(x), hi.max(x))
+        });
+        hi - lo <= tol
+    })
+}
+
+/// θ_eff of each layer's spectrum ([`probe::layer_spectra`]) on the grid `theta`.
+pub fn layer_effective_freqs(energy: &[Vec<Vec<f64>>], theta: &[f64]) -> Vec<f64> {
+    probe::layer_spectra(energy)
+        .iter()
+        .map(|p| probe::effective_freq(p, theta))
+        .collect()
 }
 
 /// Train a model for `cfg` on `device` (an autodiff device is made from it). `progress` is
@@ -532,6 +610,9 @@ pub fn train(
 
     let initial = evaluate(&model, cfg, device);
     record_eval(0, &initial, &mut curves);
+    let theta = cfg.freq_grid();
+    let mut layer_history = vec![layer_effective_freqs(&initial.energy, &theta)];
+    let mut converged_step = None;
     let mut last = None;
     for step in 0..cfg.steps {
         let t0 = Instant::now();
@@ -564,11 +645,22 @@ pub fn train(
         if done % cfg.eval_every == 0 || done == cfg.steps {
             let ev = evaluate(&model, cfg, device);
             record_eval(done, &ev, &mut curves);
+            layer_history.push(layer_effective_freqs(&ev.energy, &theta));
             last = Some(ev);
+            if cfg.stop == StopRule::Spectrum
+                && done >= cfg.min_steps
+                && done < cfg.steps
+                && spectrum_converged(&layer_history, cfg.stop_window, cfg.stop_tol)
+            {
+                converged_step = Some(done);
+                break;
+            }
         }
     }
     let train_s: f64 = step_ms.iter().sum::<f64>() / 1e3;
     let tokens = (step_ms.len() * cfg.batch_size * cfg.seq_len) as f64;
+    let attention_lags =
+        (status == RunStatus::Done).then(|| attention_lag_profiles(&model, cfg, device));
     let outcome = TrainOutcome {
         status,
         curves,
@@ -581,6 +673,9 @@ pub fn train(
         probe_ms: probe_ms.iter().sum::<f64>() / probe_ms.len().max(1) as f64,
         answer_accuracy: None,
         solution_valid: None,
+        converged_step,
+        dep_width_mi: None,
+        attention_lags,
     };
     (outcome, model)
 }
@@ -681,6 +776,59 @@ mod tests {
         assert_eq!(out.spectra[0].energy.len(), 4);
         let last = out.last.unwrap();
         assert!(last.loss < out.initial.unwrap().loss);
+        // One lag profile per layer over seq_len lags, a distribution over lags.
+        let lags = out.attention_lags.unwrap();
+        assert_eq!((lags.len(), lags[0].len()), (1, c.seq_len));
+        assert!((lags[0].iter().sum::<f64>() - 1.0).abs() < 1e-5, "{lags:?}");
+        assert!(lags[0].iter().all(|&x| x >= 0.0));
+    }
+
+    #[test]
+    fn convergence_needs_every_layer_still_over_the_window() {
+        // Two layers; layer 1 still moves by 10 % until the fourth evaluation.
+        let h = vec![
+            vec![1.0, 0.5],
+            vec![0.5, 0.4],
+            vec![0.51, 0.3],
+            vec![0.505, 0.33],
+            vec![0.5, 0.32],
+            vec![0.502, 0.321],
+        ];
+        // window 2 = last 3 evaluations; tol 0.05 in ln units.
+        assert!(!spectrum_converged(&h[..3], 2, 0.05));
+        assert!(!spectrum_converged(&h[..4], 2, 0.05)); // layer 1: ln(0.33/0.3) = 0.095
+        assert!(spectrum_converged(&h[..6], 2, 0.05)); // ln(0.33/0.32) = 0.031
+        assert!(!spectrum_converged(&h[..6], 5, 0.05)); // the window reaches the first steps
+        assert!(!spectrum_converged(&[], 0, 1.0));
+    }
+
+    /// `stop = "spectrum"` with a loose tolerance stops at the first evaluation allowed by
+    /// `min_steps` and the window, records it, and its last evaluation is that step's.
+    #[test]
+    fn spectrum_stop_records_the_converged_step() {
+        let mut c = tiny();
+        c.steps = 40;
+        c.eval_every = 5;
+        c.stop = StopRule::Spectrum;
+        c.min_steps = 12;
+        c.stop_window = 2;
+        c.stop_tol = 10.0;
+        let (out, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
+        assert_eq!(out.status, RunStatus::Done);
+        assert_eq!(out.converged_step, Some(15));
+        let steps: Vec<usize> = out
+            .curves
+            .iter()
+            .filter(|p| p.split == "eval")
+            .map(|p| p.step)
+            .collect();
+        assert_eq!(steps, vec![0, 5, 10, 15]);
+        assert_eq!(out.curves.iter().filter(|p| p.split == "train").count(), 15);
+        // A tolerance no spectrum meets runs to the cap.
+        c.stop_tol = 1e-12;
+        let (out, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
+        assert_eq!(out.converged_step, None);
+        assert_eq!(out.curves.last().unwrap().step, 40);
     }
 
     #[test]

@@ -14,7 +14,7 @@ try:
 except ImportError:
     sys.exit("polars is not installed: run `pip install -r requirements-test.txt` (or `make test`)")
 
-S, I64, F64, I32 = pl.Utf8, pl.Int64, pl.Float64, pl.Int32
+S, I64, F64, I32, B = pl.Utf8, pl.Int64, pl.Float64, pl.Int32, pl.Boolean
 
 EXPECTED = {
     "runs": {
@@ -34,7 +34,9 @@ EXPECTED = {
         "answer_accuracy": F64, "solution_valid": F64,
         "init_eval_loss": F64, "effective_freq": F64, "effective_freq_init": F64,
         "effective_freq_batch_sd": F64, "spectrum_entropy": F64, "spectrum_entropy_init": F64,
-        "argmax_freq": F64, "reference_freq": F64, "wall_time_s": F64, "ms_per_step": F64,
+        "argmax_freq": F64, "steps_done": I64, "converged_step": I64, "positional_layer": I64,
+        "effective_freq_positional": F64, "positional_kl": F64, "dep_width_mi": I64,
+        "reference_freq": F64, "wall_time_s": F64, "ms_per_step": F64,
         "tokens_per_s": F64, "probe_ms": F64, "backend": S, "lab_version": S, "config_json": S,
     },
     "curves": {
@@ -46,9 +48,15 @@ EXPECTED = {
         "schema_version": I32, "run_id": S, "encoding": S, "step": I64, "layer": I64,
         "head": I64, "freq_index": I64, "theta": F64, "energy": F64, "energy_frac": F64,
     },
+    "layers": {
+        "schema_version": I32, "run_id": S, "encoding": S, "step": I64, "layer": I64,
+        "effective_freq": F64, "spectrum_entropy": F64, "argmax_freq": F64, "kl_from_init": F64,
+        "is_final": B, "is_positional": B, "attn_top_lag": I64, "attn_top_lag_mass": F64,
+        "attn_mass_in_window": F64,
+    },
     "fit": {
         "schema_version": I32, "sweep": S, "preset": S, "group": S, "encoding": S,
-        "variant": S, "width_source": S, "beta": F64, "c": F64, "r2": F64,
+        "variant": S, "width_source": S, "pooling": S, "beta": F64, "c": F64, "r2": F64,
         "beta_ci_low": F64, "beta_ci_high": F64, "c_ci_low": F64, "c_ci_high": F64,
         "n": I64, "n_seeds": I64, "n_boot": I64, "resample": S, "reference_c": F64,
     },
@@ -83,6 +91,16 @@ def main() -> int:
     sums = spectrum.group_by(["run_id", "step", "layer", "head"]).agg(pl.col("energy_frac").sum())
     if (sums["energy_frac"] - 1.0).abs().max() > 1e-9:
         problems.append("spectrum: energy_frac does not sum to 1 per (run, step, layer, head)")
+    layers = pl.read_parquet(root / "layers.parquet")
+    finals = layers.filter(pl.col("is_final")).group_by("run_id").agg(pl.len().alias("n"))
+    expect = runs.filter(pl.col("status") == "done").select("run_id", "n_layers")
+    joined = expect.join(finals, on="run_id", how="left")
+    if joined.filter(pl.col("n").is_null() | (pl.col("n") != pl.col("n_layers"))).height:
+        problems.append("layers: a finished run lacks one final row per layer")
+    pos = layers.filter(pl.col("is_final") & pl.col("is_positional")).join(
+        runs.select("run_id", "positional_layer"), on="run_id")
+    if pos.filter(pl.col("layer") != pl.col("positional_layer")).height:
+        problems.append("layers: is_positional disagrees with runs.positional_layer")
     for p in problems:
         print(p)
     print(f"checked {len(EXPECTED)} tables in {root}: {len(problems)} problem(s)")

@@ -131,7 +131,7 @@ fn law_figure_recovers_pi_over_w_with_a_degenerate_band() {
         }
     }
     rows.push(("n0", "nope", "copy", 8, 0, 0.3, 1.0, "done"));
-    let fig = data::law_figure(&runs_table(&rows), None).unwrap();
+    let fig = data::law_figure(&runs_table(&rows), None, None).unwrap();
     assert_eq!(fig.groups.len(), 1);
     let g = &fig.groups[0];
     assert_eq!(g.group, "rope/copy");
@@ -157,6 +157,7 @@ fn law_figure_recovers_pi_over_w_with_a_degenerate_band() {
         .build();
     let fig = data::law_figure(
         &runs_table(&rows),
+        None,
         Some(&Table::from_batches("fit", vec![fit])),
     )
     .unwrap();
@@ -164,6 +165,85 @@ fn law_figure_recovers_pi_over_w_with_a_degenerate_band() {
     assert_eq!(
         (g.beta, g.c, g.r2, g.beta_ci),
         (0.9, 2.5, 0.95, Some((0.8, 1.1)))
+    );
+}
+
+/// With a `layers` table the figure has one group per pooling: the positional layer and every
+/// layer, each fitted on its own θ_eff; the fit table's row is found by (group, pooling) among
+/// the `W = B` fits.
+#[test]
+fn law_figure_has_a_group_per_layer_and_the_positional_one() {
+    let widths = [4i64, 16, 64];
+    let ids: Vec<String> = widths.iter().map(|w| format!("r{w}")).collect();
+    let n = widths.len();
+    let runs = TableBuilder::new(n)
+        .str("run_id", ids.clone())
+        .str("status", vec!["done".into(); n])
+        .str("task", vec!["block".into(); n])
+        .str("encoding", vec!["rope".into(); n])
+        .str("variant", vec!["copy".into(); n])
+        .i64("block_len", widths.to_vec())
+        .i64("dep_width", widths.to_vec())
+        .i64("seed", vec![0; n])
+        .opt_f64("effective_freq", vec![Some(0.1); n])
+        .opt_f64(
+            "effective_freq_positional",
+            widths.iter().map(|&w| Some(PI / w as f64)).collect(),
+        )
+        .build();
+    let runs = Table::from_batches("runs", vec![runs]);
+    // Layer 0 follows π/W (final rows), layer 1 is flat at 0.01; non-final rows are ignored.
+    let mut lid = Vec::new();
+    let (mut layer, mut th, mut fin) = (vec![], vec![], vec![]);
+    for (k, &w) in widths.iter().enumerate() {
+        for (l, t, f) in [(0, PI / w as f64, true), (1, 0.01, true), (0, 5.0, false)] {
+            lid.push(ids[k].clone());
+            layer.push(l);
+            th.push(t);
+            fin.push(f);
+        }
+    }
+    let layers = TableBuilder::new(lid.len())
+        .str("run_id", lid)
+        .i64("layer", layer)
+        .f64("effective_freq", th)
+        .bool("is_final", fin)
+        .build();
+    let fit = TableBuilder::new(2)
+        .str("group", s(&["rope/copy", "rope/copy"]))
+        .str("pooling", s(&["positional", "positional"]))
+        .str("width_source", s(&["mi", "dep_width"]))
+        .f64("beta", vec![0.5, 0.99])
+        .f64("c", vec![1.0, 3.0])
+        .f64("r2", vec![0.5, 0.98])
+        .f64("beta_ci_low", vec![0.1, 0.9])
+        .f64("beta_ci_high", vec![0.9, 1.1])
+        .build();
+    let fig = data::law_figure(
+        &runs,
+        Some(&Table::from_batches("layers", vec![layers])),
+        Some(&Table::from_batches("fit", vec![fit])),
+    )
+    .unwrap();
+    let names: Vec<&str> = fig.groups.iter().map(|g| g.group.as_str()).collect();
+    assert_eq!(
+        names,
+        vec![
+            "rope/copy · layer 0",
+            "rope/copy · layer 1",
+            "rope/copy · positional"
+        ]
+    );
+    let l0 = &fig.groups[0];
+    assert!(
+        close(l0.beta, 1.0) && close(l0.c, PI),
+        "refitted: no fit row for layer:0"
+    );
+    assert!(close(fig.groups[1].beta, 0.0));
+    let pos = &fig.groups[2];
+    assert_eq!(
+        (pos.beta, pos.c, pos.beta_ci),
+        (0.99, 3.0, Some((0.9, 1.1)))
     );
 }
 
@@ -189,7 +269,7 @@ fn law_band_covers_scattered_runs() {
             k += 1;
         }
     }
-    let fig = data::law_figure(&runs_table(&rows), None).unwrap();
+    let fig = data::law_figure(&runs_table(&rows), None, None).unwrap();
     let g = &fig.groups[0];
     assert!(close(g.beta, 1.0), "seed offsets cancel: β = {}", g.beta);
     for (w, lo, hi) in &g.band {
@@ -276,6 +356,61 @@ fn pi_rows() -> Vec<EvalRow<'static>> {
             "fixed", "igsm", "copy", "rope", 2.0, "ntk", 0.3, 256, 128, 1.0,
         ),
     ]
+}
+
+/// The ablation figure's panels: per variant, groups = B, bars = unablated / law / far; rows
+/// of entries without an ablated evaluation, of other encodings or lengths are left out.
+#[test]
+fn ablation_panels_group_by_width_and_band() {
+    let rows: Vec<(&str, &str, i64, &str, &str, f64, f64)> = vec![
+        // (run_id, variant, B, encoding, band, ratio, accuracy)
+        ("a", "copy", 4, "rope", "", 1.0, 1.0),
+        ("a", "copy", 4, "rope", "law", 1.0, 0.2),
+        ("a", "copy", 4, "rope", "far", 1.0, 0.9),
+        ("b", "copy", 4, "rope", "", 1.0, 0.8),
+        ("b", "copy", 4, "rope", "law", 1.0, 0.4),
+        ("c", "copy", 16, "rope", "", 1.0, 0.7),
+        ("c", "copy", 16, "rope", "far", 1.0, 0.6),
+        ("d", "copy", 16, "rope", "", 1.0, 0.1), // no ablation: not a baseline
+        ("e", "copy", 16, "nope", "", 1.0, 0.5),
+        ("a", "copy", 4, "rope", "law", 2.0, 0.0),
+        ("f", "recall", 8, "rope", "", 1.0, 1.0),
+        ("f", "recall", 8, "rope", "law", 1.0, 0.5),
+    ];
+    let n = rows.len();
+    let b = TableBuilder::new(n)
+        .str("run_id", rows.iter().map(|r| r.0.to_string()).collect())
+        .str("eval_name", vec!["ablation".into(); n])
+        .str("variant", rows.iter().map(|r| r.1.to_string()).collect())
+        .i64("block_len", rows.iter().map(|r| r.2).collect())
+        .str("encoding", rows.iter().map(|r| r.3.to_string()).collect())
+        .str(
+            "ablate_band",
+            rows.iter().map(|r| r.4.to_string()).collect(),
+        )
+        .f64("length_ratio", rows.iter().map(|r| r.5).collect())
+        .str("scaling", vec!["none".into(); n])
+        .f64("accuracy", rows.iter().map(|r| r.6).collect())
+        .build();
+    let panels = data::ablation_panels(&Table::from_batches("evals", vec![b])).unwrap();
+    assert_eq!(panels.len(), 2);
+    let copy = &panels[0];
+    assert_eq!(copy.title, "rope/copy");
+    assert_eq!(copy.ratios, vec![4.0, 16.0]);
+    assert_eq!(copy.labels, data::ABLATION_LABELS.to_vec());
+    let mean = |g: usize, k: usize| copy.cells[g][k].as_ref().map(|s| s.mean);
+    assert!(close(mean(0, 0).unwrap(), 0.9) && close(mean(0, 1).unwrap(), 0.3));
+    assert!(close(mean(0, 2).unwrap(), 0.9));
+    assert_eq!(copy.cells[1][0].as_ref().unwrap().values, vec![0.7]);
+    assert_eq!(mean(1, 1), None);
+    assert_eq!(panels[1].title, "rope/recall");
+    // Tables without the column (written before ablations existed) give no panel.
+    let old = TableBuilder::new(1).str("run_id", s(&["a"])).build();
+    assert!(
+        data::ablation_panels(&Table::from_batches("evals", vec![old]))
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]
@@ -481,9 +616,35 @@ fn write_all_tables(dir: &Path) {
         )
         .build();
     write_batch(&dir.join("curves.parquet"), &cb).unwrap();
-    let rows = pi_rows();
+    let mut rows = pi_rows();
+    // The block-width ablation: one run evaluated unablated and with each band at θ = 0.
+    for acc in [0.95, 0.2, 0.9] {
+        rows.push((
+            "ablation", "block", "copy", "rope", 1.0, "none", acc, 32, 32, 1.0,
+        ));
+    }
     let e = rows.len();
+    let band = |i: usize| match i.checked_sub(e - 3) {
+        Some(0) => "",
+        Some(1) => "law",
+        Some(_) => "far",
+        None => "",
+    };
     let eb = TableBuilder::new(e)
+        .str(
+            "run_id",
+            (0..e)
+                .map(|i| {
+                    if i + 3 >= e {
+                        "abl".into()
+                    } else {
+                        format!("e{i}")
+                    }
+                })
+                .collect(),
+        )
+        .i64("block_len", vec![8; e])
+        .str("ablate_band", (0..e).map(|i| band(i).to_string()).collect())
         .str(
             "corpus",
             (0..e)
@@ -547,6 +708,8 @@ fn every_sweep_writes_its_figures_as_png_and_svg() {
     assert!(law.contains("β = 1.00"), "the exact law is fitted");
     assert!(law.contains("θ_eff (rad/token)"));
     assert!(svg("block-width", "spectrum-heatmap").contains("block width B (tokens)"));
+    let ablation = svg("block-width", "ablation");
+    assert!(ablation.contains("π/B band at θ = 0") && ablation.contains("B = 8"));
     assert!(svg("indirect-indexing", "accuracy-by-encoding").contains("chance (1/52)"));
     assert!(svg("pi-self-similarity", "pi-accuracy").contains("fixed · igsm"));
     assert!(svg("length-extrapolation", "nll-vs-length").contains("training length 32"));

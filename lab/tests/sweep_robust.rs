@@ -355,7 +355,7 @@ fn emit_slurm_writes_the_job_array() {
         .unwrap();
     let (_, stderr) = text(&o);
     assert!(o.status.success(), "{stderr}");
-    assert!(stderr.contains("8 array task(s) over 40 runs"), "{stderr}");
+    assert!(stderr.contains("8 array task(s) over 34 runs"), "{stderr}");
     let script = std::fs::read_to_string(&file).unwrap();
     for line in [
         "#SBATCH --array=1-8",

@@ -90,7 +90,7 @@ fn smoke_sweep_end_to_end_and_resume() {
             .collect::<Vec<_>>()
     };
     assert_eq!(fit_lines(&first), fit_lines(&second));
-    for t in ["runs", "curves", "spectrum", "fit"] {
+    for t in ["runs", "curves", "spectrum", "layers", "fit"] {
         assert!(
             out.join(format!("{t}.parquet")).is_file(),
             "{t}.parquet missing"
@@ -154,8 +154,36 @@ fn check_eval_round_trip(out: &Path) {
     assert_eq!(longer["seq_len"].as_u64().unwrap() as i64, 2 * seq_len);
     assert!(longer["loss"].as_f64().unwrap().is_finite());
     let (_, evals) = read_parquet(&out.join("evals.parquet")).unwrap();
-    let rows: usize = evals.iter().map(|b| b.num_rows()).sum();
-    assert_eq!(rows, 2);
+    let names: Vec<Option<String>> = evals
+        .iter()
+        .flat_map(|b| column::strings(b, "eval_name"))
+        .collect();
+    let adhoc = names
+        .iter()
+        .filter(|n| n.as_deref() == Some("adhoc"))
+        .count();
+    assert_eq!(adhoc, 2);
+    // The sweep's causal check: every RoPE run has an unablated and a law-band evaluation, and
+    // ablating the law band is recorded with its pairs.
+    let mut law = 0;
+    for b in &evals {
+        let (enc, band, pairs, name) = (
+            column::strings(b, "encoding"),
+            column::strings(b, "ablate_band"),
+            column::strings(b, "ablated_pairs"),
+            column::strings(b, "eval_name"),
+        );
+        for i in 0..b.num_rows() {
+            if band[i].as_deref() == Some("law") {
+                assert_eq!(enc[i].as_deref(), Some("rope"));
+                assert_eq!(name[i].as_deref(), Some("ablation"));
+                assert_eq!(pairs[i].as_deref().unwrap().split(',').count(), 2);
+                law += 1;
+            }
+        }
+    }
+    let rope_runs = encs.iter().filter(|e| e.as_deref() == Some("rope")).count();
+    assert_eq!(law, rope_runs, "one law-band ablation per RoPE run");
 }
 
 #[test]
@@ -229,7 +257,9 @@ fn unknown_preset_is_one_line() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("unknown preset `huge`; available presets: full, long, pope, quick, smoke"),
+        err.contains(
+            "unknown preset `huge`; available presets: fixed300, full, long, pope, quick, smoke"
+        ),
         "{err}"
     );
 }

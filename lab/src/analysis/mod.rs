@@ -4,6 +4,8 @@
 //! The reference is `θ* = π/W` (`β = 1`, `c = π`): the highest frequency whose unambiguous
 //! field `θ·r ∈ [0, π]` still covers the dependency width. Paper 3 reports `c ≈ 3.02`.
 
+pub mod bands;
+
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 

@@ -337,7 +337,8 @@ fn width_column(runs: &Table) -> Result<Vec<Option<i64>>, PlotError> {
 /// One fitted group of the law figure: its runs, the fit and a pointwise bootstrap band.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LawGroup {
-    /// `encoding/variant`, e.g. `rope/copy`.
+    /// `encoding/variant · pooling`, e.g. `rope/copy · positional`, `rope/copy · layer 0`
+    /// (`encoding/variant` alone for results without per-layer tables).
     pub group: String,
     /// `(W, θ_eff, seed)` of every finished run of the group (tokens, radians per token).
     pub points: Vec<(f64, f64, i64)>,
@@ -368,36 +369,92 @@ pub struct LawFigure {
 /// Bootstrap replicates for the band; the sweep's fit uses the same count and seed.
 pub const LAW_BOOT: usize = 2000;
 
-/// The law figure's data from `runs` (finished runs' `effective_freq` and width) and `fit`
-/// (the sweep's fit per group; `None` or a missing group → refitted here).
-pub fn law_figure(runs: &Table, fit: Option<&Table>) -> Result<LawFigure, PlotError> {
+/// The law figure's data from `runs` (finished runs' width and θ_eff), `layers` (each layer's
+/// θ_eff at the final evaluation; `None` for results written before that table existed) and
+/// `fit` (the sweep's fits; `None` or a missing row → refitted here).
+///
+/// Groups are `encoding/variant · pooling` with the poolings of docs/analysis-rules.md R1:
+/// `positional` (the run's positional layer) and `layer l` for every layer. Results without
+/// `layers` give one `all` group per encoding/variant (the pooled θ_eff), as before.
+pub fn law_figure(
+    runs: &Table,
+    layers: Option<&Table>,
+    fit: Option<&Table>,
+) -> Result<LawFigure, PlotError> {
     let done = done_rows(runs)?;
     let encs = runs.strs("encoding")?;
     let vars = runs.strs("variant")?;
+    let ids = runs.strs("run_id")?;
     let widths = width_column(runs)?;
     let theta = runs.f64s("effective_freq")?;
+    let theta_pos = if runs.has("effective_freq_positional") && layers.is_some() {
+        Some(runs.f64s("effective_freq_positional")?)
+    } else {
+        None
+    };
     let seeds = runs.i64s("seed")?;
-    let mut groups: BTreeMap<String, Vec<(f64, f64, i64)>> = BTreeMap::new();
+    // θ_eff per (run id, layer) at the final evaluation.
+    let mut per_layer: BTreeMap<(String, i64), f64> = BTreeMap::new();
+    if let Some(l) = layers {
+        let (id, layer, th, fin) = (
+            l.strs("run_id")?,
+            l.i64s("layer")?,
+            l.f64s("effective_freq")?,
+            l.bools("is_final")?,
+        );
+        for i in 0..l.rows() {
+            if let (Some(id), Some(layer), Some(t), Some(true)) = (&id[i], layer[i], th[i], fin[i])
+            {
+                per_layer.insert((id.clone(), layer), t);
+            }
+        }
+    }
+    let n_layers = per_layer.keys().map(|k| k.1 + 1).max().unwrap_or(0);
+    // (group label, fit-table key (group, pooling)) → points.
+    let mut groups: BTreeMap<(String, String), Vec<(f64, f64, i64)>> = BTreeMap::new();
     let mut control = Vec::new();
+    let ok = |t: f64| t > 0.0 && t.is_finite();
     for i in 0..runs.rows() {
-        let (true, Some(e), Some(v), Some(w), Some(t), Some(s)) =
-            (done[i], &encs[i], &vars[i], widths[i], theta[i], seeds[i])
+        let (true, Some(e), Some(v), Some(w), Some(s)) =
+            (done[i], &encs[i], &vars[i], widths[i], seeds[i])
         else {
             continue;
         };
-        if !(t > 0.0 && t.is_finite()) {
-            continue;
-        }
         match e.as_str() {
-            "rope" | "pope" => groups
-                .entry(format!("{e}/{v}"))
-                .or_default()
-                .push((w as f64, t, s)),
-            "nope" => control.push((v.clone(), w as f64, t)),
+            "rope" | "pope" => {
+                let g = format!("{e}/{v}");
+                let mut add = |pooling: &str, t: Option<f64>| {
+                    if let Some(t) = t.filter(|&t| ok(t)) {
+                        groups
+                            .entry((g.clone(), pooling.to_string()))
+                            .or_default()
+                            .push((w as f64, t, s));
+                    }
+                };
+                match &theta_pos {
+                    Some(tp) => {
+                        add("positional", tp[i]);
+                        for l in 0..n_layers {
+                            let t = ids[i]
+                                .as_ref()
+                                .and_then(|id| per_layer.get(&(id.clone(), l)).copied());
+                            add(&format!("layer:{l}"), t);
+                        }
+                    }
+                    None => add("all", theta[i]),
+                }
+            }
+            "nope" => {
+                if let Some(t) = theta[i].filter(|&t| ok(t)) {
+                    control.push((v.clone(), w as f64, t));
+                }
+            }
             _ => {}
         }
     }
-    let mut fitted: BTreeMap<String, (f64, f64, f64, (f64, f64))> = BTreeMap::new();
+    // The sweep's fits with W = B (width_source `dep_width`), keyed by (group, pooling); tables
+    // without a pooling column hold the `all` fits.
+    let mut fitted: BTreeMap<(String, String), (f64, f64, f64, (f64, f64))> = BTreeMap::new();
     if let Some(f) = fit.filter(|f| f.rows() > 0) {
         let (g, b, c, r2, lo, hi) = (
             f.strs("group")?,
@@ -407,16 +464,29 @@ pub fn law_figure(runs: &Table, fit: Option<&Table>) -> Result<LawFigure, PlotEr
             f.f64s("beta_ci_low")?,
             f.f64s("beta_ci_high")?,
         );
+        let pooling = if f.has("pooling") {
+            f.strs("pooling")?
+        } else {
+            vec![Some("all".to_string()); f.rows()]
+        };
+        let source = if f.has("width_source") {
+            f.strs("width_source")?
+        } else {
+            vec![None; f.rows()]
+        };
         for i in 0..f.rows() {
-            if let (Some(g), Some(b), Some(c), Some(r2), Some(lo), Some(hi)) =
-                (&g[i], b[i], c[i], r2[i], lo[i], hi[i])
+            if source[i].as_deref().is_some_and(|s| s != "dep_width") {
+                continue;
+            }
+            if let (Some(g), Some(p), Some(b), Some(c), Some(r2), Some(lo), Some(hi)) =
+                (&g[i], &pooling[i], b[i], c[i], r2[i], lo[i], hi[i])
             {
-                fitted.insert(g.clone(), (b, c, r2, (lo, hi)));
+                fitted.insert((g.clone(), p.clone()), (b, c, r2, (lo, hi)));
             }
         }
     }
     let mut out = Vec::new();
-    for (group, points) in groups {
+    for ((group, pooling), points) in groups {
         let fp: Vec<FitPoint> = points
             .iter()
             .map(|&(w, t, s)| FitPoint {
@@ -428,7 +498,7 @@ pub fn law_figure(runs: &Table, fit: Option<&Table>) -> Result<LawFigure, PlotEr
         let Some(own) = fit_loglog(&fp) else {
             continue; // one width: nothing to fit
         };
-        let (beta, c, r2, beta_ci) = match fitted.get(&group) {
+        let (beta, c, r2, beta_ci) = match fitted.get(&(group.clone(), pooling.clone())) {
             Some(&(b, c, r2, ci)) => (b, c, r2, Some(ci)),
             None => (own.beta, own.c, own.r2, None),
         };
@@ -449,7 +519,11 @@ pub fn law_figure(runs: &Table, fit: Option<&Table>) -> Result<LawFigure, PlotEr
             })
             .collect();
         out.push(LawGroup {
-            group,
+            group: if pooling == "all" {
+                group
+            } else {
+                format!("{group} · {}", pooling.replace(':', " "))
+            },
             points,
             beta,
             c,
@@ -505,6 +579,88 @@ pub struct BarPanel {
     pub labels: Vec<String>,
     /// `cells[r][b]`: accuracy over seeds at `ratios[r]` for `labels[b]`.
     pub cells: Vec<Vec<Option<Stat>>>,
+}
+
+/// Bar labels of the ablation figure, in order: unablated, law band, far band.
+pub const ABLATION_LABELS: [&str; 3] = ["unablated", "π/B band at θ = 0", "far band at θ = 0"];
+
+/// The causal check (SCIENCE.md §8; docs/analysis-rules.md R5) as panels of grouped bars: one
+/// panel per RoPE block variant, groups = block width B (in `ratios`), bars = the held-out
+/// accuracy unablated, with the law band at θ = 0, and with the far band at θ = 0, over seeds.
+/// Rows: `evals` rows of RoPE runs at the training length without scaling that carry an
+/// `ablate_band` column (empty = unablated) and whose run has an ablated evaluation.
+pub fn ablation_panels(evals: &Table) -> Result<Vec<BarPanel>, PlotError> {
+    if !evals.has("ablate_band") {
+        return Ok(Vec::new());
+    }
+    let ids = evals.strs("run_id")?;
+    let names = evals.strs("eval_name")?;
+    let vars = evals.strs("variant")?;
+    let encs = evals.strs("encoding")?;
+    let ratio = evals.f64s("length_ratio")?;
+    let scaling = evals.strs("scaling")?;
+    let block = evals.i64s("block_len")?;
+    let band = evals.strs("ablate_band")?;
+    let acc = evals.f64s("accuracy")?;
+    // Entries (run, eval name) that have an ablation: only their unablated rows are baselines.
+    let ablated: BTreeSet<(String, String)> = (0..evals.rows())
+        .filter(|&i| band[i].as_deref().is_some_and(|b| !b.is_empty()))
+        .filter_map(|i| Some((ids[i].clone()?, names[i].clone()?)))
+        .collect();
+    let mut panels: BTreeMap<String, BTreeMap<i64, [Vec<f64>; 3]>> = BTreeMap::new();
+    for i in 0..evals.rows() {
+        let (
+            Some(id),
+            Some(n),
+            Some(v),
+            Some("rope"),
+            Some(1.0),
+            Some("none"),
+            Some(b),
+            Some(bd),
+            Some(a),
+        ) = (
+            &ids[i],
+            &names[i],
+            &vars[i],
+            encs[i].as_deref(),
+            ratio[i],
+            scaling[i].as_deref(),
+            block[i],
+            band[i].as_deref(),
+            acc[i],
+        )
+        else {
+            continue;
+        };
+        if !ablated.contains(&(id.clone(), n.clone())) {
+            continue;
+        }
+        let k = match bd {
+            "" => 0,
+            "law" => 1,
+            "far" => 2,
+            _ => continue,
+        };
+        panels
+            .entry(format!("rope/{v}"))
+            .or_default()
+            .entry(b)
+            .or_default()[k]
+            .push(a);
+    }
+    Ok(panels
+        .into_iter()
+        .map(|(title, by_width)| BarPanel {
+            title,
+            ratios: by_width.keys().map(|&b| b as f64).collect(),
+            labels: ABLATION_LABELS.iter().map(|l| l.to_string()).collect(),
+            cells: by_width
+                .into_values()
+                .map(|cells| cells.into_iter().map(Stat::of).collect())
+                .collect(),
+        })
+        .collect())
 }
 
 /// The PI table as panels of grouped bars: one panel per (eval name, task/variant), groups

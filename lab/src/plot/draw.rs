@@ -776,6 +776,43 @@ pub struct GroupedBarsPlot {
     pub title: String,
     /// The panels.
     pub panels: Vec<BarPanel>,
+    /// What the groups are: [`GroupAxis::LengthRatio`] (the PI figure) or
+    /// [`GroupAxis::BlockWidth`] (the ablation figure).
+    pub groups: GroupAxis,
+}
+
+/// The meaning of a grouped-bar figure's groups (the panels' `ratios`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupAxis {
+    /// Evaluation length / training length, labelled `2×`.
+    LengthRatio,
+    /// Block width B in tokens, labelled `B = 16`.
+    BlockWidth,
+}
+
+impl GroupAxis {
+    fn label(self, v: f64) -> String {
+        match self {
+            GroupAxis::LengthRatio => format!("{}×", fmt_num(v)),
+            GroupAxis::BlockWidth => format!("B = {}", fmt_num(v)),
+        }
+    }
+    fn x_desc(self) -> &'static str {
+        match self {
+            GroupAxis::LengthRatio => "evaluation length / training length",
+            GroupAxis::BlockWidth => "block width B (tokens)",
+        }
+    }
+    fn footnote(self) -> &'static str {
+        match self {
+            GroupAxis::LengthRatio => {
+                "bars: mean over seeds; whiskers: min–max over seeds; RoPE unless labelled otherwise; evaluated zero-shot at s × the training length"
+            }
+            GroupAxis::BlockWidth => {
+                "bars: mean over seeds; whiskers: min–max over seeds; held-out accuracy at the training length; a band = 2 rotary pairs set to θ = 0 (docs/analysis-rules.md R5)"
+            }
+        }
+    }
 }
 
 impl GroupedBarsPlot {
@@ -817,18 +854,11 @@ impl Figure for GroupedBarsPlot {
             .map(|(i, l)| (legend_name(l), color_of(l, i)))
             .collect();
         draw_legend_strip(&legend, &items)?;
-        let grid = with_footnote(
-            &rest,
-            "bars: mean over seeds; whiskers: min–max over seeds; RoPE unless labelled otherwise; evaluated zero-shot at s × the training length",
-        )?;
+        let grid = with_footnote(&rest, self.groups.footnote())?;
         let areas = grid.split_evenly((rows, cols));
         for (p, area) in self.panels.iter().zip(areas.iter()) {
             let ng = p.ratios.len();
-            let ratios: Vec<String> = p
-                .ratios
-                .iter()
-                .map(|r| format!("{}×", fmt_num(*r)))
-                .collect();
+            let ratios: Vec<String> = p.ratios.iter().map(|r| self.groups.label(*r)).collect();
             let mut chart = ChartBuilder::on(area)
                 .caption(&p.title, font(PANEL_TITLE))
                 .margin(10)
@@ -839,7 +869,7 @@ impl Figure for GroupedBarsPlot {
                 .configure_mesh()
                 .disable_x_mesh()
                 .x_labels(ng)
-                .x_desc("evaluation length / training length")
+                .x_desc(self.groups.x_desc())
                 .y_desc("accuracy")
                 .x_label_formatter(&|v| category(&ratios, *v))
                 .y_label_formatter(&|v| format!("{:.0} %", v * 100.0))

@@ -4,7 +4,8 @@
 //! | sweep | figure | what it shows |
 //! |---|---|---|
 //! | `block-width` | `spectrum-heatmap` | energy share per rotary frequency × block width, per variant and layer, with π/B |
-//! | `block-width` | `theta-eff-vs-width` | θ_eff vs W (log-log), fitted c·W^(−β) with its bootstrap band, π/W |
+//! | `block-width` | `theta-eff-vs-width` | θ_eff vs W (log-log) per pooling (positional layer, each layer), fitted c·W^(−β) with its bootstrap band, π/W |
+//! | `block-width` | `ablation` | accuracy unablated / with the π/B band / with a far band at θ = 0, per B (when the sweep ablated) |
 //! | `indirect-indexing` | `accuracy-by-encoding` | final-token accuracy per encoding, seeds as dots, chance |
 //! | `indirect-indexing` | `accuracy-curves` | held-out accuracy vs training step per encoding |
 //! | `pi-self-similarity` | `pi-accuracy` | accuracy at s × L per scaling, dilated vs fixed tasks (grouped bars) |
@@ -27,7 +28,8 @@ use plotters::prelude::*;
 use crate::results::ResultsError;
 use data::Table;
 use draw::{
-    BarsPlot, Figure, GroupedBarsPlot, LawPlot, LinePanel, LinesPlot, MiPlot, SpectrumFigure,
+    BarsPlot, Figure, GroupAxis, GroupedBarsPlot, LawPlot, LinePanel, LinesPlot, MiPlot,
+    SpectrumFigure,
 };
 
 pub use font::{FONT_ENV, find_font};
@@ -98,7 +100,10 @@ pub enum PlotError {
 
 /// The sweeps `lab plot` knows, with the figures (file stems) each gets.
 pub const SWEEP_FIGURES: &[(&str, &[&str])] = &[
-    ("block-width", &["spectrum-heatmap", "theta-eff-vs-width"]),
+    (
+        "block-width",
+        &["spectrum-heatmap", "theta-eff-vs-width", "ablation"],
+    ),
     (
         "indirect-indexing",
         &["accuracy-by-encoding", "accuracy-curves"],
@@ -157,7 +162,12 @@ pub fn plot_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf
                 Err(PlotError::MissingTable(_)) => None,
                 Err(e) => return Err(e),
             };
-            let fig = data::law_figure(&runs, fit.as_ref())?;
+            let layers = match table("layers") {
+                Ok(t) => Some(t),
+                Err(PlotError::MissingTable(_)) => None,
+                Err(e) => return Err(e),
+            };
+            let fig = data::law_figure(&runs, layers.as_ref(), fit.as_ref())?;
             if fig.groups.is_empty() {
                 return Err(empty(
                     "theta-eff-vs-width",
@@ -165,6 +175,24 @@ pub fn plot_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf
                 ));
             }
             written.extend(save(&LawPlot { fig }, out, "theta-eff-vs-width")?);
+            // The causal check, when the sweep's `[[evals]]` ablated bands (results written
+            // before 2026-12-01 have no ablation: the figure is skipped).
+            let panels = match table("evals") {
+                Ok(t) => data::ablation_panels(&t)?,
+                Err(PlotError::MissingTable(_)) => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            if !panels.is_empty() {
+                written.extend(save(
+                    &GroupedBarsPlot {
+                        title: "Causal check: accuracy with the rotary pairs around π/B, or far from it, set to θ = 0".into(),
+                        panels,
+                        groups: GroupAxis::BlockWidth,
+                    },
+                    out,
+                    "ablation",
+                )?);
+            }
         }
         "indirect-indexing" => {
             let runs = table("runs")?;
@@ -212,6 +240,7 @@ pub fn plot_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf
                     title: "Position interpolation on self-similar (dilated) and fixed-width tasks"
                         .into(),
                     panels,
+                    groups: GroupAxis::LengthRatio,
                 },
                 out,
                 "pi-accuracy",

@@ -280,6 +280,77 @@ pub fn pooled_spectrum(energy: &[Vec<Vec<f64>>]) -> Vec<f64> {
     acc.iter().map(|a| a / n.max(1) as f64).collect()
 }
 
+/// Each layer's spectrum `p̄_l = mean_h p_{l,h}` (normalised spectra of its heads, averaged so every
+/// head counts equally) from `energy[l][h][i]`. Returns `[layers][n_freq]`.
+pub fn layer_spectra(energy: &[Vec<Vec<f64>>]) -> Vec<Vec<f64>> {
+    energy
+        .iter()
+        .map(|layer| pooled_spectrum(std::slice::from_ref(layer)))
+        .collect()
+}
+
+/// Kullback–Leibler divergence `KL(p‖q) = Σ_i p_i ln(p_i/q_i)` in nats, for normalised spectra on
+/// the same grid. Terms with `p_i = 0` contribute 0; `q_i` is floored at `1e-12` so a frequency
+/// that had no energy at initialisation gives a large but finite value.
+pub fn kl_divergence(p: &[f64], q: &[f64]) -> f64 {
+    assert_eq!(p.len(), q.len(), "spectra on different grids");
+    p.iter()
+        .zip(q)
+        .filter(|(pi, _)| **pi > 0.0)
+        .map(|(pi, qi)| pi * (pi / qi.max(1e-12)).ln())
+        .sum()
+}
+
+/// The run's positional layer (docs/analysis-rules.md, R2): the layer whose spectrum moved
+/// furthest from its own initialisation, `argmax_l KL(p̄_l^final ‖ p̄_l^init)`, lowest layer on
+/// ties. `init`, `last`: `[layers][n_freq]` layer spectra ([`layer_spectra`]). Returns the layer
+/// and every layer's KL (nats); `None` when there is no layer.
+pub fn positional_layer(init: &[Vec<f64>], last: &[Vec<f64>]) -> Option<(usize, Vec<f64>)> {
+    let kls: Vec<f64> = init
+        .iter()
+        .zip(last)
+        .map(|(q, p)| kl_divergence(p, q))
+        .collect();
+    let mut best: Option<usize> = None;
+    for (l, &k) in kls.iter().enumerate() {
+        if best.is_none_or(|b| k > kls[b]) {
+            best = Some(l);
+        }
+    }
+    best.map(|b| (b, kls))
+}
+
+/// Mean attention weight per lag `Δ = t − s` over the query positions `queries` (SCIENCE.md §8,
+/// "where the positional work happens": what a layer attends to).
+///
+/// `weights`: one head's causal attention probabilities, row-major `[seq, seq]` (row = query
+/// `t`, column = key `s`, zero above the diagonal); `queries`: the query positions to average
+/// over (e.g. the task's scored positions). Returns `[seq]` sums of weights per lag (not yet
+/// divided by the number of queries, so heads and batches can be added): dividing by
+/// `queries.len()` gives a distribution over lags.
+pub fn attention_lag_sums(weights: &[f32], seq: usize, queries: &[usize]) -> Vec<f64> {
+    assert_eq!(weights.len(), seq * seq, "weights must be [seq, seq]");
+    let mut sums = vec![0.0f64; seq];
+    for &t in queries {
+        let row = &weights[t * seq..(t + 1) * seq];
+        for (s, &w) in row[..=t].iter().enumerate() {
+            sums[t - s] += w as f64;
+        }
+    }
+    sums
+}
+
+/// The lag with the largest share of a lag profile and that share (first lag on ties).
+pub fn top_lag(profile: &[f64]) -> (usize, f64) {
+    let mut best = 0;
+    for (i, &x) in profile.iter().enumerate() {
+        if x > profile[best] {
+            best = i;
+        }
+    }
+    (best, profile.get(best).copied().unwrap_or(0.0))
+}
+
 /// Summary of one spectrum.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SpectrumSummary {
@@ -377,6 +448,58 @@ mod tests {
         // Two heads: one all in pair 0, one all in pair 1 → pooled [0.5, 0.5], whatever the scale.
         let energy = vec![vec![vec![100.0, 0.0], vec![0.0, 0.001]]];
         assert_eq!(pooled_spectrum(&energy), vec![0.5, 0.5]);
+    }
+
+    #[test]
+    fn layer_spectra_average_heads_per_layer() {
+        // Layer 0: heads all in pair 0 and all in pair 1 → [0.5, 0.5]; layer 1: one head [1, 3].
+        let energy = vec![vec![vec![7.0, 0.0], vec![0.0, 0.2]], vec![vec![1.0, 3.0]]];
+        assert_eq!(
+            layer_spectra(&energy),
+            vec![vec![0.5, 0.5], vec![0.25, 0.75]]
+        );
+    }
+
+    #[test]
+    fn kl_hand_computed() {
+        // KL([1/2, 1/2] ‖ [1/4, 3/4]) = ½ ln 2 + ½ ln(2/3).
+        let k = kl_divergence(&[0.5, 0.5], &[0.25, 0.75]);
+        assert!((k - (0.5 * 2f64.ln() + 0.5 * (2.0f64 / 3.0).ln())).abs() < 1e-15);
+        assert_eq!(kl_divergence(&[0.3, 0.7], &[0.3, 0.7]), 0.0);
+        // A zero share in p contributes nothing; a zero in q is floored, not infinite.
+        assert_eq!(kl_divergence(&[0.0, 1.0], &[0.5, 0.5]), 2f64.ln());
+        assert!(kl_divergence(&[1.0, 0.0], &[0.0, 1.0]).is_finite());
+    }
+
+    #[test]
+    fn positional_layer_is_the_one_that_moved_most() {
+        let uniform = vec![0.25; 4];
+        let init = vec![uniform.clone(), uniform.clone(), uniform.clone()];
+        // Layer 1 concentrates most; layer 2 a little; layer 0 not at all.
+        let last = vec![
+            uniform.clone(),
+            vec![0.85, 0.05, 0.05, 0.05],
+            vec![0.4, 0.2, 0.2, 0.2],
+        ];
+        let (l, kls) = positional_layer(&init, &last).unwrap();
+        assert_eq!(l, 1);
+        assert_eq!(kls[0], 0.0);
+        assert!(kls[1] > kls[2] && kls[2] > 0.0);
+        // Ties go to the lower layer.
+        let (l, _) = positional_layer(&init[..2], &[last[1].clone(), last[1].clone()]).unwrap();
+        assert_eq!(l, 0);
+        assert!(positional_layer(&[], &[]).is_none());
+    }
+
+    #[test]
+    fn attention_lags_hand_computed() {
+        // seq 3: query 1 puts 0.25 on key 0 (lag 1) and 0.75 on itself; query 2 puts all on
+        // key 0 (lag 2). Query 0 is not averaged.
+        let w = [1.0f32, 0.0, 0.0, 0.25, 0.75, 0.0, 1.0, 0.0, 0.0];
+        let sums = attention_lag_sums(&w, 3, &[1, 2]);
+        assert_eq!(sums, vec![0.75, 0.25, 1.0]);
+        assert_eq!(top_lag(&sums), (2, 1.0));
+        assert_eq!(top_lag(&[0.5, 0.5]), (0, 0.5));
     }
 
     #[test]

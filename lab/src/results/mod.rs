@@ -345,6 +345,17 @@ pub mod column {
             .unwrap_or_else(|| vec![None; batch.num_rows()])
     }
 
+    /// Boolean column values.
+    pub fn bools(batch: &RecordBatch, name: &str) -> Vec<Option<bool>> {
+        col::<BooleanArray>(batch, name)
+            .map(|a| {
+                (0..a.len())
+                    .map(|i| a.is_valid(i).then(|| a.value(i)))
+                    .collect()
+            })
+            .unwrap_or_else(|| vec![None; batch.num_rows()])
+    }
+
     /// Int64 column values.
     pub fn ints(batch: &RecordBatch, name: &str) -> Vec<Option<i64>> {
         col::<Int64Array>(batch, name)

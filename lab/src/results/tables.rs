@@ -50,6 +50,7 @@ pub fn runs_row(cfg: &RunConfig, meta: &RunMeta, out: &TrainOutcome) -> RecordBa
     let last_train = out.curves.iter().rev().find(|p| p.split == "train");
     let init = out.initial.as_ref();
     let last = out.last.as_ref();
+    let pos = positional(cfg, out);
     let t = TableBuilder::new(1)
         .str("run_id", vec![cfg.run_id()])
         .str("sweep", vec![meta.sweep.clone()])
@@ -82,6 +83,18 @@ pub fn runs_row(cfg: &RunConfig, meta: &RunMeta, out: &TrainOutcome) -> RecordBa
             vec![init.map(|e| e.summary.entropy)],
         )
         .opt_f64("argmax_freq", vec![last.map(|e| e.summary.argmax_freq)])
+        .opt_i64("steps_done", vec![last_train.map(|p| p.step as i64)])
+        .opt_i64("converged_step", vec![out.converged_step.map(|s| s as i64)])
+        .opt_i64(
+            "positional_layer",
+            vec![pos.as_ref().map(|p| p.layer as i64)],
+        )
+        .opt_f64(
+            "effective_freq_positional",
+            vec![pos.as_ref().map(|p| p.effective_freq)],
+        )
+        .opt_f64("positional_kl", vec![pos.as_ref().map(|p| p.kl)])
+        .opt_i64("dep_width_mi", vec![out.dep_width_mi.map(|w| w as i64)])
         .f64(
             "reference_freq",
             vec![std::f64::consts::PI / cfg.dep_width() as f64],
@@ -93,6 +106,118 @@ pub fn runs_row(cfg: &RunConfig, meta: &RunMeta, out: &TrainOutcome) -> RecordBa
         .str("backend", vec![meta.backend.clone()])
         .str("lab_version", vec![env!("CARGO_PKG_VERSION").to_string()])
         .str("config_json", vec![cfg.canonical_json()])
+        .build()
+}
+
+/// A run's positional layer (docs/analysis-rules.md, R2) and its spectrum's θ_eff.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Positional {
+    /// The layer `l*` whose spectrum moved furthest (KL) from its initialisation.
+    pub layer: usize,
+    /// θ_eff of that layer's spectrum at the last evaluation, radians per token.
+    pub effective_freq: f64,
+    /// `KL(p̄_{l*}^final ‖ p̄_{l*}^init)`, nats.
+    pub kl: f64,
+    /// Every layer's KL from its initialisation, nats.
+    pub kls: Vec<f64>,
+}
+
+/// The positional layer of a finished run, from its first and last evaluations (`None` without
+/// both).
+pub fn positional(cfg: &RunConfig, out: &TrainOutcome) -> Option<Positional> {
+    let (init, last) = (out.initial.as_ref()?, out.last.as_ref()?);
+    let p_init = probe::layer_spectra(&init.energy);
+    let p_last = probe::layer_spectra(&last.energy);
+    let (layer, kls) = probe::positional_layer(&p_init, &p_last)?;
+    Some(Positional {
+        layer,
+        effective_freq: probe::effective_freq(&p_last[layer], &cfg.freq_grid()),
+        kl: kls[layer],
+        kls,
+    })
+}
+
+/// The `layers` table of a run: one row per evaluation and layer, with the layer's spectrum
+/// summarised (θ_eff, entropy, argmax frequency of `p̄_l`, docs/analysis-rules.md R1), its KL
+/// from the layer's step-0 spectrum, and whether the row is the run's final evaluation
+/// (`is_final`) and its positional layer (`is_positional`, set on every row of that layer).
+/// Final rows also say what the layer attends to ([`TrainOutcome::attention_lags`]): the lag
+/// with the most attention (`attn_top_lag`, tokens), its share, and the share at lags below the
+/// dependency width `W` (`attn_mass_in_window`).
+pub fn layers_table(cfg: &RunConfig, out: &TrainOutcome) -> RecordBatch {
+    let theta = cfg.freq_grid();
+    let pos = positional(cfg, out).map(|p| p.layer);
+    let final_step = out
+        .curves
+        .iter()
+        .filter(|p| p.split == "eval")
+        .map(|p| p.step)
+        .max();
+    // Spectra grouped by evaluation step, in order: energy[layer][head][i].
+    let mut by_step: std::collections::BTreeMap<usize, Vec<Vec<Vec<f64>>>> = Default::default();
+    for s in &out.spectra {
+        let layers = by_step.entry(s.step).or_default();
+        if layers.len() <= s.layer {
+            layers.resize(s.layer + 1, Vec::new());
+        }
+        layers[s.layer].push(s.energy.clone());
+    }
+    let init = by_step.values().next().map(|e| probe::layer_spectra(e));
+    let (mut step, mut layer, mut th, mut ent, mut arg, mut kl, mut fin, mut is_pos) = (
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+        vec![],
+    );
+    let (mut top, mut top_mass, mut in_window) = (vec![], vec![], vec![]);
+    let width = cfg.dep_width();
+    for (&s, energy) in &by_step {
+        for (l, p) in probe::layer_spectra(energy).iter().enumerate() {
+            let sum = probe::summarise(p, &theta);
+            step.push(s as i64);
+            layer.push(l as i64);
+            th.push(sum.effective_freq);
+            ent.push(sum.entropy);
+            arg.push(sum.argmax_freq);
+            kl.push(
+                init.as_ref()
+                    .and_then(|i| i.get(l))
+                    .map(|q| probe::kl_divergence(p, q))
+                    .unwrap_or(f64::NAN),
+            );
+            let is_final = Some(s) == final_step;
+            fin.push(is_final);
+            is_pos.push(Some(l) == pos);
+            let lags = out
+                .attention_lags
+                .as_ref()
+                .and_then(|a| a.get(l))
+                .filter(|_| is_final);
+            let t = lags.map(|p| probe::top_lag(p));
+            top.push(t.map(|t| t.0 as i64));
+            top_mass.push(t.map(|t| t.1));
+            in_window.push(lags.map(|p| p.iter().take(width).sum::<f64>()));
+        }
+    }
+    let n = step.len();
+    TableBuilder::new(n)
+        .str("run_id", vec![cfg.run_id(); n])
+        .str("encoding", vec![cfg.encoding.name().to_string(); n])
+        .i64("step", step)
+        .i64("layer", layer)
+        .f64("effective_freq", th)
+        .f64("spectrum_entropy", ent)
+        .f64("argmax_freq", arg)
+        .f64("kl_from_init", kl)
+        .bool("is_final", fin)
+        .bool("is_positional", is_pos)
+        .opt_i64("attn_top_lag", top)
+        .opt_f64("attn_top_lag_mass", top_mass)
+        .opt_f64("attn_mass_in_window", in_window)
         .build()
 }
 
@@ -167,8 +292,11 @@ pub struct FitRow {
     pub encoding: String,
     /// Task variant.
     pub variant: String,
-    /// Which width the fit uses (`block_len`).
+    /// Which width the fit uses: `dep_width` (W = B for the block task) or `mi` (W from the
+    /// MI profile of the run's training data, docs/analysis-rules.md R4).
     pub width_source: String,
+    /// Which spectrum of each run: `all`, `layer:<l>` or `positional` (docs/analysis-rules.md R1).
+    pub pooling: String,
     /// The fit.
     pub fit: LawFit,
 }
@@ -185,6 +313,7 @@ pub fn fit_table(rows: &[FitRow]) -> RecordBatch {
         .str("encoding", s(&|r| r.encoding.clone()))
         .str("variant", s(&|r| r.variant.clone()))
         .str("width_source", s(&|r| r.width_source.clone()))
+        .str("pooling", s(&|r| r.pooling.clone()))
         .f64("beta", x(&|r| r.fit.fit.beta))
         .f64("c", x(&|r| r.fit.fit.c))
         .f64("r2", x(&|r| r.fit.fit.r2))

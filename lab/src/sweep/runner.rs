@@ -19,12 +19,14 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::spec::{EvalSpec, PlannedRun, SpecError, SweepSpec};
-use crate::analysis::{FitPoint, fit_law};
+use crate::analysis::bands;
 use crate::config::RunConfig;
 use crate::eval::EvalRequest;
 use crate::model::Encoding;
 use crate::model::scaling::{RopeScaling, ScalingKind};
-use crate::results::tables::{FitRow, RunMeta, curves_table, fit_table, runs_row, spectrum_table};
+use crate::results::tables::{
+    FitRow, RunMeta, curves_table, fit_table, layers_table, runs_row, spectrum_table,
+};
 use crate::results::{self, ResultsError, column};
 use crate::train::{self, RunStatus, TrainOutcome};
 
@@ -243,11 +245,15 @@ pub fn run_one(
         out.answer_accuracy = Some(g.answer_accuracy);
         out.solution_valid = Some(g.solution_valid);
     }
+    if cfg.task == crate::config::TaskKind::Block {
+        out.dep_width_mi = crate::mi::run_data_width(cfg);
+    }
     if out.status == RunStatus::Done && !evals.is_empty() {
         run_evals(cfg, dir, backend, evals)?;
     }
     results::write_batch(&dir.join("curves.parquet"), &curves_table(cfg, &out))?;
     results::write_batch(&dir.join("spectrum.parquet"), &spectrum_table(cfg, &out))?;
+    results::write_batch(&dir.join("layers.parquet"), &layers_table(cfg, &out))?;
     results::write_batch(&dir.join("runs.parquet"), &runs_row(cfg, meta, &out))?;
     super::status::clear_marker(dir);
     Ok(out)
@@ -289,6 +295,32 @@ pub fn eval_requests(cfg: &RunConfig, evals: &[EvalSpec]) -> Vec<EvalRequest> {
                     },
                     overrides: overrides.clone(),
                     name: e.name.clone(),
+                    ablate: None,
+                });
+            }
+            if cfg.encoding != Encoding::Rope {
+                continue;
+            }
+            let theta = cfg.freq_grid();
+            for &band in &e.ablate {
+                let Some(pairs) =
+                    bands::band_pairs(band, &theta, cfg.dep_width() as f64, cfg.seq_len)
+                else {
+                    continue;
+                };
+                out.push(EvalRequest {
+                    seq_len: cfg.seq_len * s,
+                    scaling: RopeScaling {
+                        factor: s as f64,
+                        original_max_len: cfg.seq_len,
+                        ..RopeScaling::default()
+                    },
+                    overrides: overrides.clone(),
+                    name: e.name.clone(),
+                    ablate: Some(crate::eval::Ablation {
+                        band: band.name().to_string(),
+                        pairs,
+                    }),
                 });
             }
         }
@@ -310,10 +342,14 @@ fn run_evals(
         crate::eval::write_eval(dir, &train_cfg, &out, &scaling, &req.name)
             .map_err(|e| SweepError::Eval(e.to_string()))?;
         eprintln!(
-            "eval {} ×{} {:?}: loss {:.4}, acc {:.4}",
+            "eval {} ×{} {}{}: loss {:.4}, acc {:.4}",
             req.name,
             req.seq_len / cfg.seq_len,
-            req.scaling.kind,
+            format!("{:?}", req.scaling.kind),
+            req.ablate
+                .as_ref()
+                .map(|a| format!(", ablated {} band (pairs {:?})", a.band, a.pairs))
+                .unwrap_or_default(),
             out.loss,
             out.accuracy
         );
@@ -340,9 +376,13 @@ fn record_crash(
         probe_ms: 0.0,
         answer_accuracy: None,
         solution_valid: None,
+        converged_step: None,
+        dep_width_mi: None,
+        attention_lags: None,
     };
     results::write_batch(&dir.join("curves.parquet"), &curves_table(cfg, &out))?;
     results::write_batch(&dir.join("spectrum.parquet"), &spectrum_table(cfg, &out))?;
+    results::write_batch(&dir.join("layers.parquet"), &layers_table(cfg, &out))?;
     results::write_batch(&dir.join("runs.parquet"), &runs_row(cfg, meta, &out))?;
     Ok(())
 }
@@ -733,20 +773,6 @@ fn finished_line(dir: &Path, r: &Running, secs: f64) -> String {
 }
 
 /// Per-run values read back from the merged `runs` table.
-#[derive(Clone, Debug)]
-struct RunRecord {
-    id: String,
-    status: String,
-    encoding: String,
-    variant: String,
-    block_len: i64,
-    seed: i64,
-    acc: Option<f64>,
-    theta: Option<f64>,
-    entropy_init: Option<f64>,
-    entropy: Option<f64>,
-}
-
 /// Merge every finished run's tables, fit the law over this preset's runs (`ids`), write
 /// `fit.parquet`, and build the summary text. Returns `(fits, summary, failed count)`.
 pub fn collect(
@@ -776,14 +802,16 @@ pub fn collect_named(
         .filter(|p| p.join("runs.parquet").is_file())
         .collect();
     run_dirs.sort();
-    for table in ["runs", "curves", "spectrum"] {
-        parts.insert(
-            table,
-            run_dirs
-                .iter()
-                .map(|d| d.join(format!("{table}.parquet")))
-                .collect(),
-        );
+    // `layers` is absent from runs of lab versions before it existed.
+    for table in ["runs", "curves", "spectrum", "layers"] {
+        let files: Vec<PathBuf> = run_dirs
+            .iter()
+            .map(|d| d.join(format!("{table}.parquet")))
+            .filter(|f| table != "layers" || f.is_file())
+            .collect();
+        if !files.is_empty() {
+            parts.insert(table, files);
+        }
     }
     let eval_files = crate::eval::eval_files(&run_dirs);
     if !eval_files.is_empty() {
@@ -793,162 +821,13 @@ pub fn collect_named(
         results::merge_tables(files, &out_dir.join(format!("{table}.parquet")))?;
     }
 
-    let mut records = Vec::new();
-    if out_dir.join("runs.parquet").is_file() {
-        let (_, batches) = results::read_parquet(&out_dir.join("runs.parquet"))?;
-        for b in &batches {
-            let n = b.num_rows();
-            let s = |c: &str| column::strings(b, c);
-            let (id, status, enc, var) = (s("run_id"), s("status"), s("encoding"), s("variant"));
-            let task = s("task");
-            let (bl, seed) = (column::ints(b, "dep_width"), column::ints(b, "seed"));
-            let (acc, th) = (
-                column::floats(b, "final_eval_accuracy"),
-                column::floats(b, "effective_freq"),
-            );
-            // iGSM: the generated-answer accuracy (teacher-forced answer tokens are a copy).
-            let answer = column::floats(b, "answer_accuracy");
-            let (e0, e1) = (
-                column::floats(b, "spectrum_entropy_init"),
-                column::floats(b, "spectrum_entropy"),
-            );
-            for i in 0..n {
-                records.push(RunRecord {
-                    id: id[i].clone().unwrap_or_default(),
-                    status: status[i].clone().unwrap_or_default(),
-                    encoding: enc[i].clone().unwrap_or_default(),
-                    variant: match task[i].as_deref() {
-                        Some("block") | None => var[i].clone().unwrap_or_default(),
-                        Some(other) => other.to_string(),
-                    },
-                    block_len: bl[i].unwrap_or(0),
-                    seed: seed[i].unwrap_or(0),
-                    acc: answer[i].or(acc[i]),
-                    theta: th[i],
-                    entropy_init: e0[i],
-                    entropy: e1[i],
-                });
-            }
-        }
-    }
-    let wanted: std::collections::HashSet<&str> = ids.iter().map(|s| s.as_str()).collect();
-    records.retain(|r| wanted.contains(r.id.as_str()));
+    let records = super::law::read_records(out_dir, ids)?;
     let failed = records.iter().filter(|r| r.status != "done").count();
-    let done: Vec<&RunRecord> = records.iter().filter(|r| r.status == "done").collect();
-
-    // Fits per (rotary encoding, variant): RoPE and PoPE; NoPE is the control and TAPA's
-    // frequencies are per token pair (see `probe`), so neither is fitted.
-    let mut groups: BTreeMap<(String, String), Vec<FitPoint>> = BTreeMap::new();
-    for r in &done {
-        let encoding: Option<Encoding> = serde_json::from_value(serde_json::json!(r.encoding)).ok();
-        if !encoding.is_some_and(Encoding::is_rotary) {
-            continue;
-        }
-        if let Some(theta) = r.theta {
-            groups
-                .entry((r.encoding.clone(), r.variant.clone()))
-                .or_default()
-                .push(FitPoint {
-                    width: r.block_len as f64,
-                    theta,
-                    seed: r.seed as u64,
-                });
-        }
-    }
-    let mut fits = Vec::new();
-    for ((enc, var), pts) in &groups {
-        if let Some(fit) = fit_law(pts, 2000, 0) {
-            fits.push(FitRow {
-                sweep: sweep_name.to_string(),
-                preset: preset.to_string(),
-                group: format!("{enc}/{var}"),
-                encoding: enc.clone(),
-                variant: var.clone(),
-                width_source: "dep_width".into(),
-                fit,
-            });
-        }
-    }
+    let done: Vec<&super::law::RunRecord> = records.iter().filter(|r| r.status == "done").collect();
+    let fits = super::law::fits(sweep_name, preset, &done);
     results::write_batch(&out_dir.join("fit.parquet"), &fit_table(&fits))?;
-    Ok((fits.clone(), summary_text(&done, &fits, failed), failed))
-}
-
-fn mean_sd(xs: &[f64]) -> (f64, f64) {
-    let n = xs.len() as f64;
-    let m = xs.iter().sum::<f64>() / n;
-    let sd = if xs.len() > 1 {
-        (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
-    } else {
-        0.0
-    };
-    (m, sd)
-}
-
-fn summary_text(done: &[&RunRecord], fits: &[FitRow], failed: usize) -> String {
-    let mut cells: BTreeMap<(String, String, i64), Vec<&RunRecord>> = BTreeMap::new();
-    for r in done {
-        cells
-            .entry((r.variant.clone(), r.encoding.clone(), r.block_len))
-            .or_default()
-            .push(r);
-    }
-    let mut s = String::new();
-    s.push_str(&format!(
-        "{:<8} {:<6} {:>5} {:>5} {:>16} {:>18} {:>8} {:>16}\n",
-        "task", "enc", "W", "runs", "acc (± sd)", "θ_eff (± sd)", "π/W", "entropy init→end"
-    ));
-    for ((var, enc, b), rs) in &cells {
-        let accs: Vec<f64> = rs.iter().filter_map(|r| r.acc).collect();
-        let th: Vec<f64> = rs.iter().filter_map(|r| r.theta).collect();
-        let e0: Vec<f64> = rs.iter().filter_map(|r| r.entropy_init).collect();
-        let e1: Vec<f64> = rs.iter().filter_map(|r| r.entropy).collect();
-        let (am, asd) = mean_sd(&accs);
-        let (tm, tsd) = mean_sd(&th);
-        let (e0m, _) = mean_sd(&e0);
-        let (e1m, _) = mean_sd(&e1);
-        s.push_str(&format!(
-            "{:<8} {:<6} {:>5} {:>5} {:>7.3} ± {:<6.3} {:>9.4} ± {:<6.4} {:>8.4} {:>7.2} → {:<6.2}\n",
-            var,
-            enc,
-            b,
-            rs.len(),
-            am,
-            asd,
-            tm,
-            tsd,
-            std::f64::consts::PI / *b as f64,
-            e0m,
-            e1m
-        ));
-    }
-    if failed > 0 {
-        s.push_str(&format!(
-            "{failed} run(s) failed: see runs.parquet (status, fail_reason)\n"
-        ));
-    }
-    s.push_str(
-        "\nLaw fit  ln θ_eff = ln c − β ln W  (W = B; reference θ* = π/W: β = 1, c = π ≈ 3.14)\n",
-    );
-    if fits.is_empty() {
-        s.push_str("  no fit: need finished rotary runs at ≥ 2 block lengths\n");
-    }
-    for f in fits {
-        s.push_str(&format!(
-            "  {:<12} β = {:.3} [{:.3}, {:.3}]  c = {:.3} [{:.3}, {:.3}]  R² = {:.3}  (n = {}, {} seeds, 95 % bootstrap over {})\n",
-            f.group,
-            f.fit.fit.beta,
-            f.fit.beta_ci.0,
-            f.fit.beta_ci.1,
-            f.fit.fit.c,
-            f.fit.c_ci.0,
-            f.fit.c_ci.1,
-            f.fit.fit.r2,
-            f.fit.n,
-            f.fit.n_seeds,
-            f.fit.resample
-        ));
-    }
-    s
+    let summary = super::law::summary_text(&done, &fits, failed);
+    Ok((fits, summary, failed))
 }
 
 #[cfg(test)]

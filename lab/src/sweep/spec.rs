@@ -23,6 +23,7 @@
 //! scale_params = ["block_len"]     # task fields multiplied by s too (self-similar task)
 //! set = { noise = 0.0 }            # fixed task overrides
 //! tasks = ["block"]                # only runs of these tasks (default: all)
+//! ablate = ["law", "far"]          # RoPE runs: also evaluate with a band of pairs at θ = 0
 //!
 //! [presets.smoke]     # a preset overrides base fields, replaces named grid axes, and may
 //! base = { steps = 20 }   # replace the arms and the evals
@@ -59,6 +60,12 @@ pub struct EvalSpec {
     /// Only runs of these tasks are evaluated (empty: all).
     #[serde(default)]
     pub tasks: Vec<crate::config::TaskKind>,
+    /// The causal check (SCIENCE.md §8): for RoPE runs, at each length factor, one more
+    /// evaluation per band with that band's rotary pairs at `θ = 0` (`law`: around π/W; `far`:
+    /// an equally wide band far from it; docs/analysis-rules.md R5). The unablated evaluation
+    /// of the same entry is the baseline.
+    #[serde(default)]
+    pub ablate: Vec<crate::analysis::bands::Band>,
 }
 
 fn default_scalings() -> Vec<ScalingKind> {

@@ -1,0 +1,630 @@
+//! The end-of-sweep analysis of the frequency law (SCIENCE.md §5, §8; rules in
+//! docs/analysis-rules.md): per-run records from the merged tables, fits of
+//! `ln θ_eff = ln c − β ln W` per (encoding, variant, pooling, width source), the causal check's
+//! ablation table, and the printed summary.
+//!
+//! Poolings (R1): `positional` (the layer chosen by R2, printed first), `all` (every layer and
+//! head, the run's `effective_freq`), `layer:<l>`. Width sources (R4): `dep_width` (`W = B` for
+//! the block task) and `mi` (the width of the run's training data from its MI profile).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::analysis::{FitPoint, fit_law};
+use crate::model::Encoding;
+use crate::results::tables::FitRow;
+use crate::results::{self, ResultsError, column};
+
+/// What the summary needs of one run (read from `runs.parquet`, `layers.parquet`, `evals.parquet`).
+#[derive(Clone, Debug, Default)]
+pub struct RunRecord {
+    /// Run id.
+    pub id: String,
+    /// `done` or `failed`.
+    pub status: String,
+    /// Encoding name.
+    pub encoding: String,
+    /// Block variant, or the task name for other tasks.
+    pub variant: String,
+    /// `dep_width` (B for the block task).
+    pub block_len: i64,
+    /// Seed.
+    pub seed: i64,
+    /// Final accuracy (iGSM: generated-answer accuracy).
+    pub acc: Option<f64>,
+    /// Pooled θ_eff (`all`).
+    pub theta: Option<f64>,
+    /// θ_eff of the positional layer.
+    pub theta_positional: Option<f64>,
+    /// The positional layer.
+    pub positional_layer: Option<i64>,
+    /// θ_eff per layer at the final evaluation (index = layer).
+    pub theta_layers: Vec<Option<f64>>,
+    /// Per layer at the end: (lag with the most attention, its share, share at lags < W).
+    pub attention: Vec<Option<(i64, f64, f64)>>,
+    /// W from the MI profile of the run's data.
+    pub dep_width_mi: Option<i64>,
+    /// Steps trained.
+    pub steps_done: Option<i64>,
+    /// Where the spectrum converged (`None`: cap reached or not a spectrum stop).
+    pub converged_step: Option<i64>,
+    /// Spectrum entropy at initialisation and at the end, nats.
+    pub entropy_init: Option<f64>,
+    /// See `entropy_init`.
+    pub entropy: Option<f64>,
+    /// Ablation: (accuracy, loss) unablated, and with the law and far bands at θ = 0.
+    pub ablation: Ablations,
+}
+
+/// The causal check of one run (docs/analysis-rules.md, R5): `(accuracy, loss)` per evaluation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Ablations {
+    /// Unablated evaluation of the same `[[evals]]` entry.
+    pub base: Option<(f64, f64)>,
+    /// Law band at θ = 0.
+    pub law: Option<(f64, f64)>,
+    /// Far band at θ = 0.
+    pub far: Option<(f64, f64)>,
+}
+
+impl Ablations {
+    /// Accuracy lost by ablating the law band and the far band (`base − ablated`), when both
+    /// were measured.
+    pub fn drops(&self) -> Option<(f64, f64)> {
+        let (b, l, f) = (self.base?, self.law?, self.far?);
+        Some((b.0 - l.0, b.0 - f.0))
+    }
+}
+
+/// Read the records of the runs in `out_dir`'s merged tables whose id is in `ids`.
+///
+/// # Errors
+/// [`ResultsError`] when a merged table exists but cannot be read.
+pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, ResultsError> {
+    let mut records = Vec::new();
+    if !out_dir.join("runs.parquet").is_file() {
+        return Ok(records);
+    }
+    let (_, batches) = results::read_parquet(&out_dir.join("runs.parquet"))?;
+    for b in &batches {
+        let s = |c: &str| column::strings(b, c);
+        let f = |c: &str| column::floats(b, c);
+        let i = |c: &str| column::ints(b, c);
+        let (id, status, enc, var, task) = (
+            s("run_id"),
+            s("status"),
+            s("encoding"),
+            s("variant"),
+            s("task"),
+        );
+        let (bl, seed, pl, wmi, sd, cs) = (
+            i("dep_width"),
+            i("seed"),
+            i("positional_layer"),
+            i("dep_width_mi"),
+            i("steps_done"),
+            i("converged_step"),
+        );
+        let (acc, answer, th, thp, e0, e1) = (
+            f("final_eval_accuracy"),
+            f("answer_accuracy"),
+            f("effective_freq"),
+            f("effective_freq_positional"),
+            f("spectrum_entropy_init"),
+            f("spectrum_entropy"),
+        );
+        for r in 0..b.num_rows() {
+            records.push(RunRecord {
+                id: id[r].clone().unwrap_or_default(),
+                status: status[r].clone().unwrap_or_default(),
+                encoding: enc[r].clone().unwrap_or_default(),
+                variant: match task[r].as_deref() {
+                    Some("block") | None => var[r].clone().unwrap_or_default(),
+                    Some(other) => other.to_string(),
+                },
+                block_len: bl[r].unwrap_or(0),
+                seed: seed[r].unwrap_or(0),
+                // iGSM: the generated-answer accuracy (teacher-forced answer tokens are a copy).
+                acc: answer[r].or(acc[r]),
+                theta: th[r],
+                theta_positional: thp[r],
+                positional_layer: pl[r],
+                theta_layers: Vec::new(),
+                attention: Vec::new(),
+                dep_width_mi: wmi[r],
+                steps_done: sd[r],
+                converged_step: cs[r],
+                entropy_init: e0[r],
+                entropy: e1[r],
+                ablation: Ablations::default(),
+            });
+        }
+    }
+    let wanted: std::collections::HashSet<&str> = ids.iter().map(|s| s.as_str()).collect();
+    records.retain(|r| wanted.contains(r.id.as_str()));
+    let index: BTreeMap<String, usize> = records
+        .iter()
+        .enumerate()
+        .map(|(k, r)| (r.id.clone(), k))
+        .collect();
+    if out_dir.join("layers.parquet").is_file() {
+        let (_, batches) = results::read_parquet(&out_dir.join("layers.parquet"))?;
+        for b in &batches {
+            let id = column::strings(b, "run_id");
+            let layer = column::ints(b, "layer");
+            let th = column::floats(b, "effective_freq");
+            let fin = column::bools(b, "is_final");
+            let (top, mass, window) = (
+                column::ints(b, "attn_top_lag"),
+                column::floats(b, "attn_top_lag_mass"),
+                column::floats(b, "attn_mass_in_window"),
+            );
+            for r in 0..b.num_rows() {
+                let (Some(id), Some(l), Some(true)) = (&id[r], layer[r], fin[r]) else {
+                    continue;
+                };
+                if let Some(&k) = index.get(id) {
+                    let l = l as usize;
+                    let rec = &mut records[k];
+                    if rec.theta_layers.len() <= l {
+                        rec.theta_layers.resize(l + 1, None);
+                        rec.attention.resize(l + 1, None);
+                    }
+                    rec.theta_layers[l] = th[r];
+                    rec.attention[l] = match (top[r], mass[r], window[r]) {
+                        (Some(t), Some(m), Some(w)) => Some((t, m, w)),
+                        _ => None,
+                    };
+                }
+            }
+        }
+    }
+    if out_dir.join("evals.parquet").is_file() {
+        let (_, batches) = results::read_parquet(&out_dir.join("evals.parquet"))?;
+        for b in &batches {
+            let id = column::strings(b, "run_id");
+            let band = column::strings(b, "ablate_band");
+            let ratio = column::floats(b, "length_ratio");
+            let scaling = column::strings(b, "scaling");
+            let (acc, loss) = (column::floats(b, "accuracy"), column::floats(b, "loss"));
+            for r in 0..b.num_rows() {
+                let (Some(id), Some(a), Some(l)) = (&id[r], acc[r], loss[r]) else {
+                    continue;
+                };
+                if ratio[r] != Some(1.0) || scaling[r].as_deref().is_some_and(|s| s != "none") {
+                    continue;
+                }
+                let Some(&k) = index.get(id) else { continue };
+                let ab = &mut records[k].ablation;
+                match band[r].as_deref() {
+                    Some("law") => ab.law = Some((a, l)),
+                    Some("far") => ab.far = Some((a, l)),
+                    Some("") => ab.base = Some((a, l)),
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(records)
+}
+
+/// Every pooling a set of runs offers, in print order: `positional`, `all`, then `layer:<l>`.
+fn poolings(runs: &[&RunRecord]) -> Vec<String> {
+    let n_layers = runs.iter().map(|r| r.theta_layers.len()).max().unwrap_or(0);
+    let mut out = vec!["positional".to_string(), "all".to_string()];
+    out.extend((0..n_layers).map(|l| format!("layer:{l}")));
+    out
+}
+
+fn theta_of(r: &RunRecord, pooling: &str) -> Option<f64> {
+    match pooling {
+        "all" => r.theta,
+        "positional" => r.theta_positional,
+        p => {
+            let l: usize = p.strip_prefix("layer:")?.parse().ok()?;
+            r.theta_layers.get(l).copied().flatten()
+        }
+    }
+}
+
+/// Fits per (rotary encoding, variant) × pooling × width source over the finished runs `done`,
+/// in print order. NoPE is the control and TAPA's frequencies are per token pair (see
+/// `probe`), so neither is fitted.
+pub fn fits(sweep: &str, preset: &str, done: &[&RunRecord]) -> Vec<FitRow> {
+    let mut groups: BTreeMap<(String, String), Vec<&RunRecord>> = BTreeMap::new();
+    for r in done {
+        let encoding: Option<Encoding> = serde_json::from_value(serde_json::json!(r.encoding)).ok();
+        if encoding.is_some_and(Encoding::is_rotary) {
+            groups
+                .entry((r.encoding.clone(), r.variant.clone()))
+                .or_default()
+                .push(r);
+        }
+    }
+    let mut out = Vec::new();
+    for width_source in ["dep_width", "mi"] {
+        for ((enc, var), runs) in &groups {
+            for pooling in poolings(runs) {
+                let pts: Vec<FitPoint> = runs
+                    .iter()
+                    .filter_map(|r| {
+                        let width = match width_source {
+                            "mi" => r.dep_width_mi? as f64,
+                            _ => r.block_len as f64,
+                        };
+                        Some(FitPoint {
+                            width,
+                            theta: theta_of(r, &pooling)?,
+                            seed: r.seed as u64,
+                        })
+                    })
+                    .collect();
+                if let Some(fit) = fit_law(&pts, 2000, 0) {
+                    out.push(FitRow {
+                        sweep: sweep.to_string(),
+                        preset: preset.to_string(),
+                        group: format!("{enc}/{var}"),
+                        encoding: enc.clone(),
+                        variant: var.clone(),
+                        width_source: width_source.to_string(),
+                        pooling: pooling.clone(),
+                        fit,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn mean_sd(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let m = xs.iter().sum::<f64>() / n;
+    let sd = if xs.len() > 1 {
+        (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    } else {
+        0.0
+    };
+    (m, sd)
+}
+
+fn fmt_mean(xs: &[f64], digits: usize) -> String {
+    if xs.is_empty() {
+        return "–".to_string();
+    }
+    format!("{:.*}", digits, mean_sd(xs).0)
+}
+
+fn fit_line(f: &FitRow) -> String {
+    let interval = if f.fit.n_seeds >= 2 {
+        format!(
+            "β = {:.3} [{:.3}, {:.3}]  c = {:.3} [{:.3}, {:.3}]",
+            f.fit.fit.beta,
+            f.fit.beta_ci.0,
+            f.fit.beta_ci.1,
+            f.fit.fit.c,
+            f.fit.c_ci.0,
+            f.fit.c_ci.1
+        )
+    } else {
+        format!(
+            "β = {:.3}  c = {:.3}  (one seed: no interval)",
+            f.fit.fit.beta, f.fit.fit.c
+        )
+    };
+    format!(
+        "  {:<12} {:<11} {}  R² = {:.3}  (n = {}, {} seed{})\n",
+        f.group,
+        f.pooling,
+        interval,
+        f.fit.fit.r2,
+        f.fit.n,
+        f.fit.n_seeds,
+        if f.fit.n_seeds == 1 { "" } else { "s" }
+    )
+}
+
+/// The printed summary: a table per (variant, encoding, W) — accuracy, pooled θ_eff, π/W, entropy
+/// — then θ_eff per layer with the positional layer and where runs stopped, the ablation table
+/// when measured, and the fit lines (positional first; `W = B`, then `W` from MI).
+pub fn summary_text(done: &[&RunRecord], fits: &[FitRow], failed: usize) -> String {
+    let mut cells: BTreeMap<(String, String, i64), Vec<&RunRecord>> = BTreeMap::new();
+    for r in done {
+        cells
+            .entry((r.variant.clone(), r.encoding.clone(), r.block_len))
+            .or_default()
+            .push(r);
+    }
+    let mut s = String::new();
+    s.push_str(&format!(
+        "{:<8} {:<6} {:>5} {:>5} {:>16} {:>18} {:>8} {:>16}\n",
+        "task", "enc", "W", "runs", "acc (± sd)", "θ_eff (± sd)", "π/W", "entropy init→end"
+    ));
+    for ((var, enc, b), rs) in &cells {
+        let accs: Vec<f64> = rs.iter().filter_map(|r| r.acc).collect();
+        let th: Vec<f64> = rs.iter().filter_map(|r| r.theta).collect();
+        let e0: Vec<f64> = rs.iter().filter_map(|r| r.entropy_init).collect();
+        let e1: Vec<f64> = rs.iter().filter_map(|r| r.entropy).collect();
+        let (am, asd) = mean_sd(&accs);
+        let (tm, tsd) = mean_sd(&th);
+        s.push_str(&format!(
+            "{:<8} {:<6} {:>5} {:>5} {:>7.3} ± {:<6.3} {:>9.4} ± {:<6.4} {:>8.4} {:>7.2} → {:<6.2}\n",
+            var,
+            enc,
+            b,
+            rs.len(),
+            am,
+            asd,
+            tm,
+            tsd,
+            std::f64::consts::PI / *b as f64,
+            mean_sd(&e0).0,
+            mean_sd(&e1).0
+        ));
+    }
+    if failed > 0 {
+        s.push_str(&format!(
+            "{failed} run(s) failed: see runs.parquet (status, fail_reason)\n"
+        ));
+    }
+
+    // Per layer: mean θ_eff of each layer at the final evaluation, the positional layer chosen
+    // (docs/analysis-rules.md R2) per run, the MI width, and where training stopped.
+    let n_layers = done.iter().map(|r| r.theta_layers.len()).max().unwrap_or(0);
+    if n_layers > 0 {
+        s.push_str("\nθ_eff per layer (final evaluation, mean over seeds), positional layer per run (KL from init), W from MI, stop\n");
+        let mut head = format!("{:<8} {:<6} {:>5}", "task", "enc", "W");
+        for l in 0..n_layers {
+            head.push_str(&format!(" {:>9}", format!("layer {l}")));
+        }
+        head.push_str(&format!(
+            " {:>9} {:>10} {:>6} {:>16}\n",
+            "positional", "layer×runs", "W_MI", "converged at"
+        ));
+        s.push_str(&head);
+        for ((var, enc, b), rs) in &cells {
+            let mut line = format!("{var:<8} {enc:<6} {b:>5}");
+            for l in 0..n_layers {
+                let v: Vec<f64> = rs
+                    .iter()
+                    .filter_map(|r| r.theta_layers.get(l).copied().flatten())
+                    .collect();
+                line.push_str(&format!(" {:>9}", fmt_mean(&v, 4)));
+            }
+            let pos: Vec<f64> = rs.iter().filter_map(|r| r.theta_positional).collect();
+            let mut counts: BTreeMap<i64, usize> = BTreeMap::new();
+            for r in rs.iter() {
+                if let Some(l) = r.positional_layer {
+                    *counts.entry(l).or_default() += 1;
+                }
+            }
+            let chosen = counts
+                .iter()
+                .map(|(l, n)| format!("L{l}×{n}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            let wmi: Vec<String> = {
+                let mut v: Vec<i64> = rs.iter().filter_map(|r| r.dep_width_mi).collect();
+                v.sort_unstable();
+                v.dedup();
+                v.iter().map(|w| w.to_string()).collect()
+            };
+            let conv: Vec<f64> = rs
+                .iter()
+                .filter_map(|r| r.converged_step.map(|c| c as f64))
+                .collect();
+            let capped = rs
+                .iter()
+                .filter(|r| r.converged_step.is_none() && r.steps_done.is_some())
+                .count();
+            let stop = if conv.is_empty() && capped > 0 {
+                format!("cap ×{capped}")
+            } else if capped > 0 {
+                format!("{:.0} (cap ×{capped})", mean_sd(&conv).0)
+            } else {
+                fmt_mean(&conv, 0)
+            };
+            line.push_str(&format!(
+                " {:>9} {:>10} {:>6} {:>16}\n",
+                fmt_mean(&pos, 4),
+                if chosen.is_empty() {
+                    "–".into()
+                } else {
+                    chosen
+                },
+                if wmi.is_empty() {
+                    "–".into()
+                } else {
+                    wmi.join("/")
+                },
+                stop
+            ));
+            s.push_str(&line);
+        }
+    }
+
+    // What each layer attends to: the most attended lag (its share), and the share within W.
+    if done.iter().any(|r| r.attention.iter().any(|a| a.is_some())) {
+        s.push_str("\nAttention per layer at the end: most attended lag Δ = t − s (its share; share at Δ < W), first seed\n");
+        let mut head = format!("{:<8} {:<6} {:>5}", "task", "enc", "W");
+        for l in 0..n_layers {
+            head.push_str(&format!(" {:>22}", format!("layer {l}")));
+        }
+        s.push_str(&head);
+        s.push('\n');
+        for ((var, enc, b), rs) in &cells {
+            let Some(r) = rs.iter().min_by_key(|r| r.seed) else {
+                continue;
+            };
+            let mut line = format!("{var:<8} {enc:<6} {b:>5}");
+            for l in 0..n_layers {
+                let cell = match r.attention.get(l).copied().flatten() {
+                    Some((t, m, w)) => format!("Δ={t} ({m:.2}; {w:.2})"),
+                    None => "–".to_string(),
+                };
+                line.push_str(&format!(" {cell:>22}"));
+            }
+            s.push_str(&line);
+            s.push('\n');
+        }
+    }
+
+    // The causal check: accuracy lost when the law band or the far band is set to θ = 0.
+    let ablated: Vec<&&RunRecord> = done
+        .iter()
+        .filter(|r| r.ablation.drops().is_some())
+        .collect();
+    if !ablated.is_empty() {
+        s.push_str(
+            "\nAblation (θ = 0 on 2 rotary pairs; accuracy lost vs the unablated evaluation, mean over seeds)\n",
+        );
+        s.push_str(&format!(
+            "{:<8} {:<6} {:>5} {:>9} {:>14} {:>14} {:>16}\n",
+            "task", "enc", "W", "acc", "Δacc law band", "Δacc far band", "law ≥ 3× far"
+        ));
+        let mut holds_total = 0;
+        for ((var, enc, b), rs) in &cells {
+            let d: Vec<(f64, f64, f64)> = rs
+                .iter()
+                .filter_map(|r| {
+                    let (l, f) = r.ablation.drops()?;
+                    Some((r.ablation.base?.0, l, f))
+                })
+                .collect();
+            if d.is_empty() {
+                continue;
+            }
+            let holds = d
+                .iter()
+                .filter(|(_, l, f)| *l >= 3.0 * f.max(0.0) && *l > 0.0)
+                .count();
+            holds_total += holds;
+            let col = |k: usize| -> Vec<f64> {
+                d.iter()
+                    .map(|t| match k {
+                        0 => t.0,
+                        1 => t.1,
+                        _ => t.2,
+                    })
+                    .collect()
+            };
+            s.push_str(&format!(
+                "{:<8} {:<6} {:>5} {:>9} {:>14} {:>14} {:>16}\n",
+                var,
+                enc,
+                b,
+                fmt_mean(&col(0), 3),
+                fmt_mean(&col(1), 3),
+                fmt_mean(&col(2), 3),
+                format!("{holds}/{}", d.len())
+            ));
+        }
+        s.push_str(&format!(
+            "law band's loss ≥ 3× the far band's (and > 0) in {holds_total} of {} runs\n",
+            ablated.len()
+        ));
+    }
+
+    for (source, title) in [
+        ("dep_width", "W = B"),
+        ("mi", "W from the MI profile of each run's training data"),
+    ] {
+        let rows: Vec<&FitRow> = fits.iter().filter(|f| f.width_source == source).collect();
+        if source == "mi" && rows.is_empty() {
+            continue;
+        }
+        s.push_str(&format!(
+            "\nLaw fit  ln θ_eff = ln c − β ln W  ({title}; reference θ* = π/W: β = 1, c = π ≈ 3.14; 95 % bootstrap over seeds)\n"
+        ));
+        if rows.is_empty() {
+            s.push_str("  no fit: need finished rotary runs at ≥ 2 block lengths\n");
+        }
+        for f in rows {
+            s.push_str(&fit_line(f));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(seed: i64, b: i64, theta_l0: f64, theta_l1: f64) -> RunRecord {
+        RunRecord {
+            id: format!("{seed}-{b}"),
+            status: "done".into(),
+            encoding: "rope".into(),
+            variant: "copy".into(),
+            block_len: b,
+            seed,
+            acc: Some(1.0),
+            theta: Some((theta_l0 * theta_l1).sqrt()),
+            theta_positional: Some(theta_l0),
+            positional_layer: Some(0),
+            theta_layers: vec![Some(theta_l0), Some(theta_l1)],
+            attention: vec![Some((b - 1, 0.9, 1.0)), None],
+            dep_width_mi: Some(b - 1),
+            steps_done: Some(500),
+            converged_step: Some(500),
+            entropy_init: Some(2.7),
+            entropy: Some(1.0),
+            ablation: Ablations {
+                base: Some((0.9, 0.1)),
+                law: Some((0.3, 2.0)),
+                far: Some((0.85, 0.2)),
+            },
+        }
+    }
+
+    /// Layer 0 follows π/W exactly and layer 1 is flat: the positional and layer:0 fits give
+    /// β = 1, c = π; layer:1 gives β = 0; `all` (geometric mean of the two) β = ½.
+    #[test]
+    fn fits_per_pooling_and_width_source() {
+        let pi = std::f64::consts::PI;
+        let runs: Vec<RunRecord> = (0..2)
+            .flat_map(|seed| [4, 16, 64].map(|b| rec(seed, b, pi / b as f64, 0.01)))
+            .collect();
+        let done: Vec<&RunRecord> = runs.iter().collect();
+        let f = fits("t", "p", &done);
+        let get = |pool: &str, src: &str| {
+            f.iter()
+                .find(|r| r.pooling == pool && r.width_source == src)
+                .unwrap()
+                .fit
+                .fit
+        };
+        assert_eq!(f[0].pooling, "positional");
+        for pool in ["positional", "layer:0"] {
+            assert!((get(pool, "dep_width").beta - 1.0).abs() < 1e-12);
+            assert!((get(pool, "dep_width").c - pi).abs() < 1e-9);
+        }
+        assert!(get("layer:1", "dep_width").beta.abs() < 1e-12);
+        assert!((get("all", "dep_width").beta - 0.5).abs() < 1e-12);
+        // Against W_MI = B − 1 the slope differs from 1.
+        assert!((get("positional", "mi").beta - 1.0).abs() > 1e-3);
+        let text = summary_text(&done, &f, 0);
+        assert!(
+            text.contains("law band's loss ≥ 3× the far band's (and > 0) in 6 of 6 runs"),
+            "{text}"
+        );
+        assert!(text.contains("L0×2"), "{text}");
+        assert!(text.contains("Δ=63 (0.90; 1.00)"), "{text}");
+        let pos = text.find("rope/copy    positional").unwrap();
+        let all = text.find("rope/copy    all").unwrap();
+        assert!(pos < all, "positional is printed first");
+    }
+
+    #[test]
+    fn ablation_drops_need_all_three_evaluations() {
+        let mut a = Ablations {
+            base: Some((0.9, 0.1)),
+            law: Some((0.4, 1.0)),
+            far: Some((0.8, 0.3)),
+        };
+        let (l, f) = a.drops().unwrap();
+        assert!((l - 0.5).abs() < 1e-12 && (f - 0.1).abs() < 1e-12);
+        a.far = None;
+        assert_eq!(a.drops(), None);
+    }
+}
