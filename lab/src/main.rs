@@ -46,8 +46,9 @@ enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
         /// Runs at once (each a process; CPU threads are shared between them). Training sweeps only.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=256))]
-        jobs: u16,
+        /// Default: the preset's `jobs` (block-width quick: 2), else 1.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+        jobs: Option<u16>,
         /// Compute backend. Training sweeps only.
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
@@ -501,7 +502,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             if lab::mi::is_mi_sweep(&mi_path) {
                 let given: Vec<&str> = [
-                    (jobs != 1, "--jobs"),
+                    (jobs.is_some(), "--jobs"),
                     (backend != Backend::Cpu, "--backend"),
                     (cluster.retry_failed, "--retry-failed"),
                     (cluster.shard.is_some(), "--shard"),
@@ -515,10 +516,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             let spec = sweep::find_sweep(&name, &dir)?;
             let preset = preset.unwrap_or_else(|| spec.default_preset.clone());
+            let jobs = jobs
+                .map(usize::from)
+                .or_else(|| spec.preset_jobs(&preset))
+                .unwrap_or(1);
             let opts = SweepOptions {
                 preset,
                 out_dir: out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name)),
-                jobs: jobs as usize,
+                jobs,
                 backend,
                 exe: std::env::current_exe().context("cannot find the lab executable")?,
                 progress: !no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr()),

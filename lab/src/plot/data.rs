@@ -375,7 +375,7 @@ pub const LAW_BOOT: usize = 2000;
 ///
 /// Groups are `encoding/variant · pooling` with the poolings of docs/analysis-rules.md R1:
 /// `positional` (the run's positional layer) and `layer l` for every layer. Results without
-/// `layers` give one `all` group per encoding/variant (the pooled θ_eff), as before.
+/// `layers`, or of one-layer models, give one `all` group per encoding/variant (the pooled θ_eff).
 pub fn law_figure(
     runs: &Table,
     layers: Option<&Table>,
@@ -410,6 +410,8 @@ pub fn law_figure(
         }
     }
     let n_layers = per_layer.keys().map(|k| k.1 + 1).max().unwrap_or(0);
+    // One layer: positional = layer 0 = all; draw the one pooled group.
+    let theta_pos = theta_pos.filter(|_| n_layers > 1);
     // (group label, fit-table key (group, pooling)) → points.
     let mut groups: BTreeMap<(String, String), Vec<(f64, f64, i64)>> = BTreeMap::new();
     let mut control = Vec::new();

@@ -48,6 +48,8 @@ pub struct RunRecord {
     pub steps_done: Option<i64>,
     /// Where the spectrum converged (`None`: cap reached or not a spectrum stop).
     pub converged_step: Option<i64>,
+    /// Whether the run stops on the spectrum (`stop = "spectrum"`), else after `steps`.
+    pub spectrum_stop: bool,
     /// Spectrum entropy at initialisation and at the end, nats.
     pub entropy_init: Option<f64>,
     /// See `entropy_init`.
@@ -97,6 +99,7 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
             s("variant"),
             s("task"),
         );
+        let stop = s("stop");
         let (bl, seed, pl, wmi, sd, cs) = (
             i("dep_width"),
             i("seed"),
@@ -134,6 +137,7 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
                 dep_width_mi: wmi[r],
                 steps_done: sd[r],
                 converged_step: cs[r],
+                spectrum_stop: stop[r].as_deref() == Some("spectrum"),
                 entropy_init: e0[r],
                 entropy: e1[r],
                 ablation: Ablations::default(),
@@ -209,8 +213,12 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
 }
 
 /// Every pooling a set of runs offers, in print order: `positional`, `all`, then `layer:<l>`.
+/// One-layer models (or tables without per-layer rows) have one spectrum per run: `all` only.
 fn poolings(runs: &[&RunRecord]) -> Vec<String> {
     let n_layers = runs.iter().map(|r| r.theta_layers.len()).max().unwrap_or(0);
+    if n_layers <= 1 {
+        return vec!["all".to_string()];
+    }
     let mut out = vec!["positional".to_string(), "all".to_string()];
     out.extend((0..n_layers).map(|l| format!("layer:{l}")));
     out
@@ -372,7 +380,7 @@ pub fn summary_text(done: &[&RunRecord], fits: &[FitRow], failed: usize) -> Stri
     // (docs/analysis-rules.md R2) per run, the MI width, and where training stopped.
     let n_layers = done.iter().map(|r| r.theta_layers.len()).max().unwrap_or(0);
     if n_layers > 0 {
-        s.push_str("\nθ_eff per layer (final evaluation, mean over seeds), positional layer per run (KL from init), W from MI, stop\n");
+        s.push_str("\nθ_eff per layer (final evaluation, mean over seeds), positional layer per run (KL from init), W from MI, where training stopped (mean; cap = never converged; fixed = a steps rule)\n");
         let mut head = format!("{:<8} {:<6} {:>5}", "task", "enc", "W");
         for l in 0..n_layers {
             head.push_str(&format!(" {:>9}", format!("layer {l}")));
@@ -415,9 +423,16 @@ pub fn summary_text(done: &[&RunRecord], fits: &[FitRow], failed: usize) -> Stri
                 .collect();
             let capped = rs
                 .iter()
-                .filter(|r| r.converged_step.is_none() && r.steps_done.is_some())
+                .filter(|r| r.spectrum_stop && r.converged_step.is_none())
                 .count();
-            let stop = if conv.is_empty() && capped > 0 {
+            let fixed: Vec<f64> = rs
+                .iter()
+                .filter(|r| !r.spectrum_stop)
+                .filter_map(|r| r.steps_done.map(|s| s as f64))
+                .collect();
+            let stop = if !fixed.is_empty() {
+                format!("fixed {}", fmt_mean(&fixed, 0))
+            } else if conv.is_empty() && capped > 0 {
                 format!("cap ×{capped}")
             } else if capped > 0 {
                 format!("{:.0} (cap ×{capped})", mean_sd(&conv).0)
@@ -567,6 +582,7 @@ mod tests {
             dep_width_mi: Some(b - 1),
             steps_done: Some(500),
             converged_step: Some(500),
+            spectrum_stop: true,
             entropy_init: Some(2.7),
             entropy: Some(1.0),
             ablation: Ablations {

@@ -27,6 +27,7 @@
 //!
 //! [presets.smoke]     # a preset overrides base fields, replaces named grid axes, and may
 //! base = { steps = 20 }   # replace the arms and the evals
+//! jobs = 2            # runs at once when `lab sweep` is given no --jobs (default 1)
 //! grid = { block_len = [4, 16] }
 //! arms = [{ encoding = ["rope"], seed = [0] }]
 //! ```
@@ -176,6 +177,9 @@ struct Preset {
     arms: Option<Vec<BTreeMap<String, Vec<toml::Value>>>>,
     #[serde(default)]
     evals: Option<Vec<EvalSpec>>,
+    /// Runs at once when `lab sweep` is not given `--jobs` (default 1).
+    #[serde(default)]
+    jobs: Option<usize>,
 }
 
 /// A parsed sweep file.
@@ -330,6 +334,15 @@ impl SweepSpec {
                 check(&sec, arm.keys().collect())?;
             }
             check_evals(&sec, p.evals.as_deref().unwrap_or_default())?;
+            if let Some(j) = p.jobs
+                && !(1..=256).contains(&j)
+            {
+                return Err(SpecError::InvalidRun {
+                    path: path.to_path_buf(),
+                    context: sec.clone(),
+                    message: format!("jobs = {j} is out of range: must be in 1..=256"),
+                });
+            }
         }
         let default_preset = file
             .default_preset
@@ -357,6 +370,12 @@ impl SweepSpec {
             .iter()
             .map(|(k, p)| (k.clone(), p.description.clone()))
             .collect()
+    }
+
+    /// Runs at once that `preset` asks for when the command line gives no `--jobs` (its `jobs`
+    /// key), or `None`.
+    pub fn preset_jobs(&self, preset: &str) -> Option<usize> {
+        self.file.presets.get(preset).and_then(|p| p.jobs)
     }
 
     /// Expand `preset` into runs, each validated.
@@ -574,6 +593,19 @@ seed = 0
 
     fn parse(extra: &str) -> Result<SweepSpec, SpecError> {
         SweepSpec::parse(Path::new("sweeps/t.toml"), &format!("{BASE}{extra}"))
+    }
+
+    #[test]
+    fn preset_jobs_default_and_range() {
+        let spec = parse("[presets.two]\njobs = 2\n[presets.plain]\n").unwrap();
+        assert_eq!(spec.preset_jobs("two"), Some(2));
+        assert_eq!(spec.preset_jobs("plain"), None);
+        assert_eq!(spec.preset_jobs("absent"), None);
+        let e = parse("[presets.many]\njobs = 0\n").unwrap_err().to_string();
+        assert!(
+            e.contains("jobs = 0 is out of range: must be in 1..=256"),
+            "{e}"
+        );
     }
 
     #[test]
