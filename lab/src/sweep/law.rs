@@ -184,29 +184,44 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
         }
     }
     if out_dir.join("evals.parquet").is_file() {
+        // (run, eval name) → band → (accuracy, loss), at the training length without scaling.
+        // Only an `[[evals]]` entry that ablated something provides the baseline, so a plain
+        // `lab eval` row (`adhoc`, maybe with other task settings) never stands in for it.
+        type Entry = BTreeMap<String, (f64, f64)>;
+        let mut entries: BTreeMap<(String, String), Entry> = BTreeMap::new();
         let (_, batches) = results::read_parquet(&out_dir.join("evals.parquet"))?;
         for b in &batches {
             let id = column::strings(b, "run_id");
+            let name = column::strings(b, "eval_name");
             let band = column::strings(b, "ablate_band");
             let ratio = column::floats(b, "length_ratio");
             let scaling = column::strings(b, "scaling");
             let (acc, loss) = (column::floats(b, "accuracy"), column::floats(b, "loss"));
             for r in 0..b.num_rows() {
-                let (Some(id), Some(a), Some(l)) = (&id[r], acc[r], loss[r]) else {
+                let (Some(id), Some(n), Some(bd), Some(a), Some(l)) =
+                    (&id[r], &name[r], &band[r], acc[r], loss[r])
+                else {
                     continue;
                 };
                 if ratio[r] != Some(1.0) || scaling[r].as_deref().is_some_and(|s| s != "none") {
                     continue;
                 }
-                let Some(&k) = index.get(id) else { continue };
-                let ab = &mut records[k].ablation;
-                match band[r].as_deref() {
-                    Some("law") => ab.law = Some((a, l)),
-                    Some("far") => ab.far = Some((a, l)),
-                    Some("") => ab.base = Some((a, l)),
-                    _ => {}
-                }
+                entries
+                    .entry((id.clone(), n.clone()))
+                    .or_default()
+                    .insert(bd.clone(), (a, l));
             }
+        }
+        for ((id, _), bands) in entries {
+            let Some(&k) = index.get(&id) else { continue };
+            if !bands.contains_key("law") && !bands.contains_key("far") {
+                continue;
+            }
+            records[k].ablation = Ablations {
+                base: bands.get("").copied(),
+                law: bands.get("law").copied(),
+                far: bands.get("far").copied(),
+            };
         }
     }
     Ok(records)
@@ -629,6 +644,57 @@ mod tests {
         let pos = text.find("rope/copy    positional").unwrap();
         let all = text.find("rope/copy    all").unwrap();
         assert!(pos < all, "positional is printed first");
+    }
+
+    /// The ablation baseline comes from the entry that ablated; an `adhoc` evaluation of the
+    /// same run (here with other numbers) is ignored, and so are other lengths.
+    #[test]
+    fn read_records_pairs_ablations_with_their_own_baseline() {
+        use crate::results::{TableBuilder, write_batch};
+        let dir = std::env::temp_dir().join(format!("lab-law-read-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let runs = TableBuilder::new(1)
+            .str("run_id", vec!["r".into()])
+            .str("status", vec!["done".into()])
+            .str("encoding", vec!["rope".into()])
+            .str("variant", vec!["copy".into()])
+            .str("task", vec!["block".into()])
+            .i64("dep_width", vec![8])
+            .i64("seed", vec![0])
+            .build();
+        write_batch(&dir.join("runs.parquet"), &runs).unwrap();
+        let rows = [
+            ("adhoc", "", 1.0, 0.1),
+            ("ablation", "", 1.0, 0.9),
+            ("ablation", "law", 1.0, 0.2),
+            ("ablation", "far", 1.0, 0.8),
+            ("ablation", "law", 2.0, 0.0),
+        ];
+        let n = rows.len();
+        let evals = TableBuilder::new(n)
+            .str("run_id", vec!["r".into(); n])
+            .str("eval_name", rows.iter().map(|r| r.0.to_string()).collect())
+            .str(
+                "ablate_band",
+                rows.iter().map(|r| r.1.to_string()).collect(),
+            )
+            .f64("length_ratio", rows.iter().map(|r| r.2).collect())
+            .str("scaling", vec!["none".into(); n])
+            .f64("accuracy", rows.iter().map(|r| r.3).collect())
+            .f64("loss", vec![1.0; n])
+            .build();
+        write_batch(&dir.join("evals.parquet"), &evals).unwrap();
+        let recs = read_records(&dir, &["r".to_string()]).unwrap();
+        assert_eq!(
+            recs[0].ablation,
+            Ablations {
+                base: Some((0.9, 1.0)),
+                law: Some((0.2, 1.0)),
+                far: Some((0.8, 1.0)),
+            }
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
