@@ -451,21 +451,13 @@ impl RunConfig {
         range("d_ff", self.d_ff, 1, 1 << 16)?;
         range("steps", self.steps, 1, 100_000_000)?;
         range("batch_size", self.batch_size, 1, 1 << 16)?;
-        if !(self.lr > 0.0 && self.lr <= 10.0) {
-            return Err(ConfigError::new("lr", self.lr, "must be in (0, 10]"));
-        }
+        open_closed_range("lr", self.lr, 0.0, 10.0)?;
         range("warmup_steps", self.warmup_steps, 0, self.steps)?;
         finite_range("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)?;
         finite_range("weight_decay", self.weight_decay, 0.0, 10.0)?;
         finite_range("beta1", self.beta1, 0.0, 0.999_999)?;
         finite_range("beta2", self.beta2, 0.0, 0.999_999_9)?;
-        if !(self.adam_eps > 0.0 && self.adam_eps <= 1.0) {
-            return Err(ConfigError::new(
-                "adam_eps",
-                self.adam_eps,
-                "must be in (0, 1]",
-            ));
-        }
+        open_closed_range("adam_eps", self.adam_eps, 0.0, 1.0)?;
         finite_range("grad_clip", self.grad_clip, 0.0, 1e6)?;
         range("eval_every", self.eval_every, 1, 100_000_000)?;
         range("eval_batches", self.eval_batches, 1, 10_000)?;
@@ -487,13 +479,7 @@ impl RunConfig {
         finite_range("max_grad_norm", self.max_grad_norm, 0.0, 1e30)?;
         range("min_steps", self.min_steps, 0, self.steps)?;
         range("stop_window", self.stop_window, 1, 1000)?;
-        if !(self.stop_tol > 0.0 && self.stop_tol <= 10.0) {
-            return Err(ConfigError::new(
-                "stop_tol",
-                self.stop_tol,
-                "must be in (0, 10]",
-            ));
-        }
+        open_closed_range("stop_tol", self.stop_tol, 0.0, 10.0)?;
         let task = self.task();
         task.validate()
             .map_err(|e| ConfigError::Task(e.to_string()))?;
@@ -666,6 +652,18 @@ impl RunConfig {
         hasher.update(self.canonical_json().as_bytes());
         hasher.finalize().to_hex()[..16].to_string()
     }
+}
+
+/// `v ∈ (lo, hi]` (NaN rejected), else a one-line error naming `field`.
+fn open_closed_range(field: &str, v: f64, lo: f64, hi: f64) -> Result<(), ConfigError> {
+    if !(v > lo && v <= hi) {
+        return Err(ConfigError::new(
+            field,
+            v,
+            format!("must be in ({lo}, {hi}]"),
+        ));
+    }
+    Ok(())
 }
 
 fn finite_range(field: &str, v: f64, lo: f64, hi: f64) -> Result<(), ConfigError> {
@@ -851,6 +849,12 @@ pub(crate) mod tests {
         assert_eq!(
             c.validate().unwrap_err().to_string(),
             "lr = -1 is out of range: must be in (0, 10]"
+        );
+        let mut c = tiny();
+        c.stop_tol = f64::NAN;
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "stop_tol = NaN is out of range: must be in (0, 10]"
         );
         let mut c = tiny();
         c.block_len = 99;
