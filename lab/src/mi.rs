@@ -795,7 +795,7 @@ pub const RUN_WIDTH_EXAMPLES: usize = 256;
 /// (docs/analysis-rules.md, R4): [`RUN_WIDTH_EXAMPLES`] training examples of the run's seed,
 /// lags `1..seq_len−1`, [`MiConfig`]'s defaults otherwise (Miller–Madow, shuffled baseline,
 /// `width_frac` 0.1). `None` when no lag is significant or the profile cannot be computed
-/// (e.g. `seq_len < 3`).
+/// (`seq_len < 5`: the shuffled baseline uses lags `1..=4`).
 pub fn run_data_width(cfg: &crate::config::RunConfig) -> Option<usize> {
     let examples = cfg
         .task()

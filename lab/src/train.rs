@@ -492,40 +492,61 @@ pub struct TrainOutcome {
     /// (docs/analysis-rules.md, R4; set by the sweep runner); `None` when nothing is significant.
     pub dep_width_mi: Option<usize>,
     /// What each layer attends to at the end: `[layer][lag]`, the mean attention weight at lag
-    /// `Δ = t − s` over the scored queries of the first held-out batch and over heads (each
-    /// layer's profile sums to 1; see [`attention_lag_profiles`]). `None` for a failed run.
+    /// `Δ = t − s` over the scored queries of up to 16 held-out sequences and over heads (each
+    /// layer's profile sums to 1; see [`attention_lag_profiles`]). `None` for a failed run or a
+    /// context longer than [`ATTENTION_PROBE_MAX_SEQ`].
     pub attention_lags: Option<Vec<Vec<f64>>>,
 }
 
+/// Longest context for which [`attention_lag_profiles`] runs (it materialises `seq × seq` weights
+/// per head); longer runs get no profile.
+pub const ATTENTION_PROBE_MAX_SEQ: usize = 1024;
+
+/// Most held-out sequences [`attention_lag_profiles`] averages over.
+pub const ATTENTION_PROBE_EXAMPLES: usize = 16;
+
 /// Each layer's attention lag profile (`[layer][lag]`, sums to 1 per layer): the mean attention
-/// weight at lag `Δ = t − s` over the scored query positions of the first held-out batch of
-/// `cfg` and over heads ([`probe::attention_lag_sums`]). Materialises `seq × seq` weights per
-/// head, so it is computed once, on the final model.
+/// weight at lag `Δ = t − s` over the scored query positions of the first
+/// `min(batch_size, ATTENTION_PROBE_EXAMPLES)` held-out sequences of `cfg` and over heads
+/// ([`probe::attention_lag_sums`]). One layer's weights are held at a time. `None` when
+/// `seq_len > ATTENTION_PROBE_MAX_SEQ`.
 pub fn attention_lag_profiles(
     model: &Transformer,
     cfg: &RunConfig,
     device: &Device,
-) -> Vec<Vec<f64>> {
+) -> Option<Vec<Vec<f64>>> {
+    if cfg.seq_len > ATTENTION_PROBE_MAX_SEQ {
+        return None;
+    }
     let model = model.valid();
     let eval_device = device.clone().inner();
+    let n_examples = cfg.batch_size.min(ATTENTION_PROBE_EXAMPLES);
     let examples = cfg
         .task()
-        .batch(cfg.seed, Split::Eval, 0, cfg.batch_size)
+        .batch(cfg.seed, Split::Eval, 0, n_examples)
         .expect("config validated");
     let batch = to_batch(&examples, &eval_device);
     let seq = cfg.seq_len;
-    let weights = model.attention_weights(batch.inputs);
-    weights
+    let (_, qk) = model.forward_with_qk(batch.inputs);
+    let queries: Vec<Vec<usize>> = examples
+        .iter()
+        .map(|ex| (0..seq).filter(|&t| ex.mask[t]).collect())
+        .collect();
+    let profiles = qk
         .into_iter()
-        .map(|w| {
-            let w = w.into_data().try_to_vec::<f32>().expect("f32 weights");
+        .enumerate()
+        .map(|(layer, crate::model::LayerQk { q, k })| {
+            let w = model
+                .attention_probs(layer, q, k)
+                .into_data()
+                .try_to_vec::<f32>()
+                .expect("f32 weights");
             let mut sums = vec![0.0f64; seq];
             let mut n = 0usize;
-            for (b, ex) in examples.iter().enumerate() {
-                let queries: Vec<usize> = (0..seq).filter(|&t| ex.mask[t]).collect();
+            for (b, queries) in queries.iter().enumerate() {
                 for h in 0..cfg.n_heads {
                     let off = (b * cfg.n_heads + h) * seq * seq;
-                    let s = probe::attention_lag_sums(&w[off..off + seq * seq], seq, &queries);
+                    let s = probe::attention_lag_sums(&w[off..off + seq * seq], seq, queries);
                     for (a, x) in sums.iter_mut().zip(s) {
                         *a += x;
                     }
@@ -534,7 +555,8 @@ pub fn attention_lag_profiles(
             }
             sums.iter().map(|x| x / n.max(1) as f64).collect()
         })
-        .collect()
+        .collect();
+    Some(profiles)
 }
 
 /// Whether the spectrum has converged (docs/analysis-rules.md, R3): `history[e][l]` is θ_eff of
@@ -542,7 +564,7 @@ pub fn attention_lag_profiles(
 /// evaluations and, for every layer, `max − min` of `ln θ_eff` over the last `window + 1` of them
 /// is at most `tol`.
 pub fn spectrum_converged(history: &[Vec<f64>], window: usize, tol: f64) -> bool {
-    if history.len() < window + 1 || history.is_empty() {
+    if history.len() < window + 1 {
         return false;
     }
     let recent = &history[history.len() - window - 1..];
@@ -659,8 +681,11 @@ pub fn train(
     }
     let train_s: f64 = step_ms.iter().sum::<f64>() / 1e3;
     let tokens = (step_ms.len() * cfg.batch_size * cfg.seq_len) as f64;
-    let attention_lags =
-        (status == RunStatus::Done).then(|| attention_lag_profiles(&model, cfg, device));
+    let attention_lags = if status == RunStatus::Done {
+        attention_lag_profiles(&model, cfg, device)
+    } else {
+        None
+    };
     let outcome = TrainOutcome {
         status,
         curves,
@@ -781,6 +806,15 @@ mod tests {
         assert_eq!((lags.len(), lags[0].len()), (1, c.seq_len));
         assert!((lags[0].iter().sum::<f64>() - 1.0).abs() < 1e-5, "{lags:?}");
         assert!(lags[0].iter().all(|&x| x >= 0.0));
+    }
+
+    /// Contexts longer than the probe's limit get no attention profile (no `seq × seq` weights).
+    #[test]
+    fn attention_profile_skips_long_contexts() {
+        let mut c = tiny();
+        c.seq_len = ATTENTION_PROBE_MAX_SEQ + 1;
+        let model = c.model().init(c.seed, &Device::flex());
+        assert!(attention_lag_profiles(&model, &c, &Device::flex()).is_none());
     }
 
     #[test]

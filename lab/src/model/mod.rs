@@ -481,24 +481,16 @@ impl Transformer {
         (logits, qk)
     }
 
-    /// Every layer's causal attention probabilities `[batch, heads, seq_q, seq_k]` (zero above the
-    /// diagonal) for token ids `[batch, seq]`, from the encoding's reference scores (the same maths
-    /// as the fused kernels). Materialises `seq × seq` per head: for probes on short sequences.
-    pub fn attention_weights(&self, tokens: Tensor<2, Int>) -> Vec<Tensor<4>> {
-        let [_, l] = tokens.dims();
-        let mask = causal_mask(l, &tokens.device());
-        let (_, qk) = self.forward_with_qk(tokens);
-        self.blocks
-            .iter()
-            .zip(qk)
-            .map(|(block, LayerQk { q, k })| {
-                let scores = block.positional.scores(q, k);
-                softmax(
-                    scores.mask_fill(mask.clone().unsqueeze::<4>(), -1.0e9f32),
-                    3,
-                )
-            })
-            .collect()
+    /// Causal attention probabilities of layer `layer`, `[batch, heads, seq_q, seq_k]` (zero above
+    /// the diagonal), from its queries and keys `q`, `k`: `[batch, heads, seq, head_dim]` (as
+    /// [`Transformer::forward_with_qk`] returns them) and the encoding's reference scores (the
+    /// same maths as the fused kernels). Materialises `seq × seq` per head: for probes on short
+    /// sequences.
+    pub fn attention_probs(&self, layer: usize, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {
+        let [_, _, l, _] = q.dims();
+        let mask = causal_mask(l, &q.device());
+        let scores = self.blocks[layer].positional.scores(q, k);
+        softmax(scores.mask_fill(mask.unsqueeze::<4>(), -1.0e9f32), 3)
     }
 
     fn forward_inner(

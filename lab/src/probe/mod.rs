@@ -252,13 +252,18 @@ pub fn entropy(p: &[f64]) -> f64 {
 
 /// `θ` of the pair with the largest share (first one on ties).
 pub fn argmax_freq(p: &[f64], theta: &[f64]) -> f64 {
+    theta[argmax_index(p)]
+}
+
+/// Index of the largest value (the first one on ties; 0 for an empty slice).
+pub fn argmax_index(xs: &[f64]) -> usize {
     let mut best = 0;
-    for (i, &x) in p.iter().enumerate() {
-        if x > p[best] {
+    for (i, &x) in xs.iter().enumerate() {
+        if x > xs[best] {
             best = i;
         }
     }
-    theta[best]
+    best
 }
 
 /// Average of the normalised spectra of every layer and head (`energy[l][h][i]`).
@@ -311,13 +316,7 @@ pub fn positional_layer(init: &[Vec<f64>], last: &[Vec<f64>]) -> Option<(usize, 
         .zip(last)
         .map(|(q, p)| kl_divergence(p, q))
         .collect();
-    let mut best: Option<usize> = None;
-    for (l, &k) in kls.iter().enumerate() {
-        if best.is_none_or(|b| k > kls[b]) {
-            best = Some(l);
-        }
-    }
-    best.map(|b| (b, kls))
+    (!kls.is_empty()).then(|| (argmax_index(&kls), kls))
 }
 
 /// Mean attention weight per lag `Δ = t − s` over the query positions `queries` (SCIENCE.md §8,
@@ -342,12 +341,7 @@ pub fn attention_lag_sums(weights: &[f32], seq: usize, queries: &[usize]) -> Vec
 
 /// The lag with the largest share of a lag profile and that share (first lag on ties).
 pub fn top_lag(profile: &[f64]) -> (usize, f64) {
-    let mut best = 0;
-    for (i, &x) in profile.iter().enumerate() {
-        if x > profile[best] {
-            best = i;
-        }
-    }
+    let best = argmax_index(profile);
     (best, profile.get(best).copied().unwrap_or(0.0))
 }
 

@@ -118,8 +118,6 @@ pub struct Positional {
     pub effective_freq: f64,
     /// `KL(p̄_{l*}^final ‖ p̄_{l*}^init)`, nats.
     pub kl: f64,
-    /// Every layer's KL from its initialisation, nats.
-    pub kls: Vec<f64>,
 }
 
 /// The positional layer of a finished run, from its first and last evaluations (`None` without
@@ -133,7 +131,6 @@ pub fn positional(cfg: &RunConfig, out: &TrainOutcome) -> Option<Positional> {
         layer,
         effective_freq: probe::effective_freq(&p_last[layer], &cfg.freq_grid()),
         kl: kls[layer],
-        kls,
     })
 }
 
