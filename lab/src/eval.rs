@@ -59,6 +59,28 @@ pub struct EvalRequest {
     pub ablate: Option<Ablation>,
 }
 
+impl EvalRequest {
+    /// `lab eval`'s request: `seq_len` tokens, `scaling` (its original length is set from the
+    /// run), `key=value` overrides, and the rotary pairs to set to θ = 0 (none when empty).
+    pub fn adhoc(
+        seq_len: usize,
+        scaling: RopeScaling,
+        overrides: Vec<String>,
+        ablate_pairs: Vec<usize>,
+    ) -> Self {
+        EvalRequest {
+            seq_len,
+            scaling,
+            overrides,
+            name: "adhoc".to_string(),
+            ablate: (!ablate_pairs.is_empty()).then(|| Ablation {
+                band: "pairs".to_string(),
+                pairs: ablate_pairs,
+            }),
+        }
+    }
+}
+
 /// An ablation: rotary pairs evaluated with `θ_i = 0` (NoPE pairs; their q/k content is kept).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Ablation {
@@ -87,6 +109,20 @@ pub struct EvalOutcome {
     pub eval_id: String,
     /// The ablation applied, if any.
     pub ablate: Option<Ablation>,
+}
+
+impl EvalOutcome {
+    /// The JSON object `lab eval` prints for request `req`: ids, lengths, scaling, attention
+    /// factor, loss (nats), accuracy, θ_eff (radians per token) and the ablated pairs.
+    pub fn json(&self, req: &EvalRequest) -> serde_json::Value {
+        serde_json::json!({
+            "eval_id": self.eval_id, "seq_len": self.config.seq_len,
+            "train_seq_len": self.train_seq_len, "scaling": req.scaling.kind,
+            "factor": req.scaling.factor, "attention_factor": self.attention_factor,
+            "loss": self.loss, "accuracy": self.accuracy, "effective_freq": self.effective_freq,
+            "ablated_pairs": self.ablate.as_ref().map(|a| a.pairs.clone()),
+        })
+    }
 }
 
 /// Apply `key=value` overrides to a config (values parsed as TOML scalars).

@@ -76,6 +76,34 @@ pub enum MiSource {
     },
 }
 
+impl MiSource {
+    /// The source given by exactly one of `lab mi`'s `--corpus`, `--input` and `--task` (with
+    /// its `--param`s and `--n-examples`).
+    ///
+    /// # Errors
+    /// [`MiError::Input`] when none or several are given.
+    pub fn from_options(
+        corpus: Option<String>,
+        input: Option<PathBuf>,
+        task: Option<String>,
+        params: Vec<String>,
+        n_examples: usize,
+    ) -> Result<Self, MiError> {
+        match (corpus, input, task) {
+            (Some(c), None, None) => Ok(MiSource::Corpus(c)),
+            (None, Some(f), None) => Ok(MiSource::Input(f)),
+            (None, None, Some(task)) => Ok(MiSource::Task {
+                task,
+                params,
+                n_examples,
+            }),
+            _ => Err(MiError::Input(
+                "give one of --corpus NAME, --input FILE or --task TASK".to_string(),
+            )),
+        }
+    }
+}
+
 /// One profile to compute.
 #[derive(Clone, Debug)]
 pub struct MiRequest {
@@ -687,6 +715,101 @@ pub fn run_mi_sweep(
         &summary_table(&results),
     )?;
     Ok(MiSweepReport { results, failures })
+}
+
+/// `lab mi`: compute one profile; with `parquet_dir`, write its `mi` and `mi_summary` tables
+/// there. Returns `(summary, output)`: the summary line(s) for stderr, and for stdout the CSV
+/// profile (no `parquet_dir`) or where the tables went.
+///
+/// # Errors
+/// See [`compute`]; a table that cannot be written.
+pub fn profile_command(
+    req: &MiRequest,
+    parquet_dir: Option<&Path>,
+) -> Result<(String, String), MiError> {
+    let r = compute(req)?;
+    let summary = summary_lines(std::slice::from_ref(&r));
+    let output = match parquet_dir {
+        None => csv(&r),
+        Some(dir) => {
+            let rs = [r];
+            write_batch(&dir.join("mi.parquet"), &mi_table(&rs))?;
+            write_batch(&dir.join("mi_summary.parquet"), &summary_table(&rs))?;
+            format!("tables in {}\n", dir.display())
+        }
+    };
+    Ok((summary, output))
+}
+
+/// `lab sweep NAME` for an MI sweep file (`kind = "mi"`): every profile of `preset` (default:
+/// the file's), a progress line per profile to stderr, then the tables in `out` (default
+/// `results/<name>`). Returns the text to print (summary, failures, counts) and whether every
+/// profile worked.
+///
+/// # Errors
+/// An invalid sweep file or preset; a table that cannot be written.
+pub fn run_mi_sweep_file(
+    path: &Path,
+    preset: Option<String>,
+    out: Option<PathBuf>,
+) -> Result<(String, bool), MiError> {
+    let spec = MiSweep::load(path)?;
+    let preset = preset.unwrap_or_else(|| spec.default_preset.clone());
+    let reqs = spec.requests(&preset, &tasks::text::default_data_dir())?;
+    let out_dir = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
+    let t0 = std::time::Instant::now();
+    let report = run_mi_sweep(&reqs, &out_dir, &mut |r| {
+        eprintln!(
+            "{} {}: {} tokens, W = {:?}, {:.1} s",
+            r.corpus, r.granularity, r.n_tokens, r.profile.dep_width, r.wall_time_s
+        )
+    })?;
+    let mut text = format!("\n{}\n", summary_lines(&report.results));
+    for (what, e) in &report.failures {
+        text.push_str(&format!("failed: {what}: {e}\n"));
+    }
+    text.push_str(&format!(
+        "{} profiles ({} failed) in {:.1} s; tables in {}",
+        report.results.len(),
+        report.failures.len(),
+        t0.elapsed().as_secs_f64(),
+        out_dir.display()
+    ));
+    Ok((text, report.failures.is_empty()))
+}
+
+/// `lab recommend`: [`recommend`] with the `runs.parquet` tables found one folder below
+/// `results` (each sweep's), after checking `head_dim` (even, ≥ 4) and `factor` (finite, ≥ 1).
+///
+/// # Errors
+/// [`MiError::Input`] naming the out-of-range option; see [`recommend`].
+pub fn recommend_in(
+    data_dir: &Path,
+    corpus: &str,
+    granularities: &[String],
+    head_dim: usize,
+    factor: f64,
+    results: &Path,
+) -> Result<Vec<Recommendation>, MiError> {
+    if head_dim < 4 || head_dim % 2 != 0 {
+        return Err(MiError::Input(format!(
+            "--head-dim = {head_dim} is out of range: must be an even number ≥ 4"
+        )));
+    }
+    if !(factor >= 1.0 && factor.is_finite()) {
+        return Err(MiError::Input(format!(
+            "--factor = {factor} is out of range: must be a finite number ≥ 1"
+        )));
+    }
+    let tables: Vec<PathBuf> = std::fs::read_dir(results)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path().join("runs.parquet"))
+                .filter(|p| p.is_file())
+                .collect()
+        })
+        .unwrap_or_default();
+    recommend(data_dir, corpus, granularities, head_dim, factor, &tables)
 }
 
 // ---- width of a corpus for training runs, and the law's recommendation ----

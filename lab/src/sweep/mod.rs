@@ -2,6 +2,7 @@
 //! (DESIGN.md "Run identity").
 
 pub mod cluster;
+pub mod commands;
 pub mod law;
 pub mod runner;
 pub mod spec;

@@ -107,6 +107,9 @@ pub enum SweepError {
     /// Saving a checkpoint.
     #[error(transparent)]
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
+    /// An MI sweep file (`lab sweep --list` reads them too).
+    #[error(transparent)]
+    Mi(#[from] crate::mi::MiError),
     /// An evaluation after training.
     #[error("evaluation: {0}")]
     Eval(String),

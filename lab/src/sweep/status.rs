@@ -191,6 +191,20 @@ pub struct MergeReport {
     pub summary: String,
 }
 
+impl MergeReport {
+    /// The line `lab merge` prints after the summary, for `n_inputs` folders merged into `out`.
+    pub fn closing_line(&self, n_inputs: usize, out: &Path) -> String {
+        format!(
+            "merged {n_inputs} folder(s) into {}: {} finished runs found, {} copied, {} duplicates skipped; {} runs in total",
+            out.display(),
+            self.found,
+            self.copied,
+            self.duplicates,
+            self.total
+        )
+    }
+}
+
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for e in std::fs::read_dir(from)? {

