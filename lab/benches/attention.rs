@@ -78,6 +78,9 @@ impl Case {
     fn new(encoding: Encoding, l: usize) -> Self {
         let n = B * H * l * D;
         let cfg = ModelConfig {
+            rope_p: 1.0,
+            rotary_dim: 0,
+            nope_every: 0,
             vocab_size: 8,
             d_model: H * D,
             n_layers: 1,

@@ -133,7 +133,7 @@ pub enum Cmd {
     },
     /// Draw a sweep's figures (PNG and SVG) from its tables: one figure per claim.
     #[command(
-        after_help = "Examples:\n  lab plot block-width\n  lab plot indirect-indexing --results /tmp/ind --out /tmp/ind/figures\n\nSweeps with figures: block-width, indirect-indexing, pi-self-similarity, length-extrapolation, igsm-ops, mi-profiles.\nText uses DejaVu Sans (Debian: fonts-dejavu-core) or the font file in $LAB_FONT."
+        after_help = "Examples:\n  lab plot block-width\n  lab plot indirect-indexing --results /tmp/ind --out /tmp/ind/figures\n\nSweeps with figures: block-width, base-vs-width, indirect-indexing, pi-self-similarity, length-extrapolation, igsm-ops, mi-profiles.\nText uses DejaVu Sans (Debian: fonts-dejavu-core) or the font file in $LAB_FONT."
     )]
     Plot {
         /// Sweep name (decides which figures).

@@ -1,7 +1,7 @@
 //! A run's fully resolved configuration: task, model, positional encoding, training, seed.
 //!
 //! A run is identified by the hash of this struct's canonical JSON serialisation plus the lab's
-//! [`SCHEMA_VERSION`](crate::results::SCHEMA_VERSION) (see [`RunConfig::run_id`]); every field is
+//! [`SCHEMA_VERSION`](SCHEMA_VERSION) (see [`RunConfig::run_id`]); every field is
 //! therefore part of a run's identity. Sweep files (`sweeps/*.toml`) set these fields by name;
 //! unknown names are rejected with the closest valid one.
 
@@ -14,6 +14,12 @@ use tasks::text::TextConfig;
 use tasks::{Example, Split, TaskError};
 
 use crate::model::{AttentionKernel, DeltaInit, Encoding, ModelConfig, PairLayout, TapaPhase};
+
+/// Training examples profiled by [`RunConfig::data_width_mi`].
+pub const RUN_WIDTH_EXAMPLES: usize = 256;
+
+pub use crate::hint::did_you_mean;
+pub use crate::store::SCHEMA_VERSION;
 
 /// Error for an invalid configuration value: one line naming the field and its allowed range.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -93,6 +99,9 @@ pub const FIELDS: &[&str] = &[
     "min_steps",
     "stop_window",
     "stop_tol",
+    "rope_p",
+    "rotary_dim",
+    "nope_every",
 ];
 
 /// Task family of a run.
@@ -406,6 +415,27 @@ pub struct RunConfig {
         skip_serializing_if = "is_default_stop_tol"
     )]
     pub stop_tol: f64,
+    /// `encoding = "p-rope"`: fraction `p ∈ (0, 1]` of RoPE's frequencies kept (the highest;
+    /// at least one pair). The three encoding options below are serialised only when not at
+    /// their defaults, so the ids of runs that do not use them are unchanged.
+    #[serde(default = "default_rope_p", skip_serializing_if = "is_default_rope_p")]
+    pub rope_p: f64,
+    /// `encoding = "partial-rope"`: rotated dims of each head (even, `2..=head_dim`; 0 =
+    /// `head_dim`); frequencies `rope_base^(−2i/rotary_dim)`; `pair_layout` within them
+    /// (`rotate-half`: GPT-NeoX, `adjacent`: GPT-J).
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub rotary_dim: usize,
+    /// Hybrid layers: every `nope_every`-th layer uses NoPE, the others `encoding` (Llama 4
+    /// interleaves NoPE every 4th layer); 0 = none.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub nope_every: usize,
+}
+
+fn default_rope_p() -> f64 {
+    1.0
+}
+fn is_default_rope_p(v: &f64) -> bool {
+    *v == 1.0
 }
 
 impl RunConfig {
@@ -480,6 +510,30 @@ impl RunConfig {
         range("min_steps", self.min_steps, 0, self.steps)?;
         range("stop_window", self.stop_window, 1, 1000)?;
         open_closed_range("stop_tol", self.stop_tol, 0.0, 10.0)?;
+        let pairs = self.head_dim() / 2;
+        if !(self.rope_p > 0.0 && self.rope_p <= 1.0)
+            || (self.encoding == Encoding::PRope
+                && crate::model::p_rope::kept_pairs(self.head_dim(), self.rope_p) == 0)
+        {
+            return Err(ConfigError::new(
+                "rope_p",
+                self.rope_p,
+                format!(
+                    "must be in [1/{pairs}, 1] (keep at least one of the {pairs} rotary pairs)"
+                ),
+            ));
+        }
+        if self.rotary_dim != 0 && (self.rotary_dim % 2 != 0 || self.rotary_dim > self.head_dim()) {
+            return Err(ConfigError::new(
+                "rotary_dim",
+                self.rotary_dim,
+                format!(
+                    "must be 0 (all of head_dim) or an even number in 2..={}",
+                    self.head_dim()
+                ),
+            ));
+        }
+        range("nope_every", self.nope_every, 0, self.n_layers)?;
         let task = self.task();
         task.validate()
             .map_err(|e| ConfigError::Task(e.to_string()))?;
@@ -587,6 +641,9 @@ impl RunConfig {
             tapa_alpha: self.tapa_alpha,
             tapa_phase: self.tapa_phase,
             attention: self.attention,
+            rope_p: self.rope_p,
+            rotary_dim: self.rotary_dim,
+            nope_every: self.nope_every,
         }
     }
 
@@ -607,37 +664,41 @@ impl RunConfig {
             TaskKind::Needle => self.seq_len,
             // The width W measured from the corpus's MI profile (up to seq_len lags), or seq_len
             // when nothing is significant or the corpus is missing.
-            TaskKind::Corpus => crate::mi::corpus_dep_width(self).unwrap_or(self.seq_len),
+            TaskKind::Corpus => {
+                crate::mi::corpus_dep_width(&self.corpus, &self.granularity, self.seq_len)
+                    .unwrap_or(self.seq_len)
+            }
         }
     }
 
-    /// How the probe reads this run's encoding.
-    pub fn probe_kind(&self) -> crate::probe::ProbeKind {
-        match self.encoding {
-            Encoding::Nope | Encoding::Rope => crate::probe::ProbeKind::Rope(self.pair_layout),
-            Encoding::Pope => crate::probe::ProbeKind::Pope,
-            Encoding::Tapa => crate::probe::ProbeKind::Tapa {
-                amp_dim: crate::model::Tapa::new(
-                    self.head_dim(),
-                    self.tapa_rho,
-                    self.tapa_alpha,
-                    self.tapa_phase,
-                )
-                .amp_dim,
-                linear_phase: self.tapa_phase == TapaPhase::Linear,
-            },
-        }
+    /// The dependency width of the run's own training data from its MI profile
+    /// (docs/analysis-rules.md, R4): [`RUN_WIDTH_EXAMPLES`] training examples of the run's seed,
+    /// lags `1..seq_len−1`, [`tasks::mi::MiConfig`]'s defaults otherwise (Miller–Madow, shuffled
+    /// baseline, `width_frac` 0.1). `None` when no lag is significant or the profile cannot be
+    /// computed (`seq_len < 5`: the shuffled baseline uses lags `1..=4`).
+    pub fn data_width_mi(&self) -> Option<usize> {
+        let examples = self
+            .task()
+            .batch(self.seed, tasks::Split::Train, 0, RUN_WIDTH_EXAMPLES)
+            .ok()?;
+        let mi_cfg = tasks::mi::MiConfig {
+            max_lag: self.seq_len.checked_sub(1).filter(|&r| r >= 4)?,
+            ..tasks::mi::MiConfig::default()
+        };
+        tasks::mi::profile_examples(&examples, &mi_cfg)
+            .ok()?
+            .dep_width
+    }
+
+    /// How the probe reads this run's encoding, and each channel's frequency (the encoding's
+    /// [`crate::model::PositionalEncoding::spectrum`]).
+    pub fn spectrum(&self) -> crate::model::Spectrum {
+        self.encoding.spectrum(&self.model())
     }
 
     /// Frequencies (radians per token) the probe reports energy for, in `freq_index` order.
     pub fn freq_grid(&self) -> Vec<f64> {
-        match self.encoding {
-            Encoding::Nope | Encoding::Rope => {
-                crate::model::rope::inv_freq(self.head_dim(), self.rope_base)
-            }
-            Encoding::Pope => crate::model::pope::pope_freqs(self.head_dim(), self.rope_base),
-            Encoding::Tapa => crate::probe::tapa_bins(),
-        }
+        self.spectrum().freqs
     }
 
     /// Canonical JSON: the serde field order of this struct, compact.
@@ -648,7 +709,7 @@ impl RunConfig {
     /// Stable run id: the first 16 hex digits of BLAKE3(schema version ‖ canonical JSON).
     pub fn run_id(&self) -> String {
         let mut hasher = blake3::Hasher::new();
-        hasher.update(format!("lab-schema-{}\n", crate::results::SCHEMA_VERSION).as_bytes());
+        hasher.update(format!("lab-schema-{}\n", SCHEMA_VERSION).as_bytes());
         hasher.update(self.canonical_json().as_bytes());
         hasher.finalize().to_hex()[..16].to_string()
     }
@@ -732,6 +793,9 @@ pub(crate) mod tests {
             min_steps: 0,
             stop_window: 3,
             stop_tol: 0.05,
+            rope_p: 1.0,
+            rotary_dim: 0,
+            nope_every: 0,
         }
     }
 
@@ -772,7 +836,8 @@ pub(crate) mod tests {
     fn fields_list_matches_struct() {
         let v = serde_json::to_value(tiny()).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
-        // empty for non-corpus runs, and the stopping fields at their defaults: not serialised
+        // empty for non-corpus runs, and the stopping and encoding options at their defaults:
+        // not serialised
         keys.extend([
             "corpus",
             "granularity",
@@ -780,6 +845,9 @@ pub(crate) mod tests {
             "min_steps",
             "stop_window",
             "stop_tol",
+            "rope_p",
+            "rotary_dim",
+            "nope_every",
         ]);
         let mut sorted = FIELDS.to_vec();
         sorted.sort();

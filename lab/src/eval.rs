@@ -14,7 +14,6 @@ use burn::tensor::Device;
 
 use crate::checkpoint::{self, CheckpointError};
 use crate::config::{ConfigError, RunConfig};
-use crate::model::Encoding;
 use crate::model::scaling::{RopeScaling, ScalingError, ScalingKind, scaled_inv_freq};
 use crate::results::{self, ResultsError, TableBuilder};
 use crate::train;
@@ -137,7 +136,7 @@ pub fn apply_overrides(cfg: &RunConfig, overrides: &[String]) -> Result<RunConfi
         if !crate::config::FIELDS.contains(&k) {
             return Err(EvalError::Override(format!(
                 "{o}: unknown key `{k}`{}",
-                crate::sweep::spec::did_you_mean(k, crate::config::FIELDS.iter().copied())
+                crate::hint::did_you_mean(k, crate::config::FIELDS.iter().copied())
             )));
         }
         let parsed: toml::Value = format!("x = {}", v.trim())
@@ -199,7 +198,7 @@ pub fn eval_model(
     }
     let mut freqs = scaled_inv_freq(cfg.head_dim(), cfg.rope_base, &scaling)?;
     if let Some(a) = &req.ablate {
-        if cfg.encoding != Encoding::Rope {
+        if !cfg.encoding.rope_scalable() {
             return Err(EvalError::Ablate(format!(
                 "applies to RoPE runs only; this run's encoding is {}",
                 cfg.encoding.name()
@@ -216,7 +215,7 @@ pub fn eval_model(
             freqs.inv_freq[i] = 0.0;
         }
     }
-    let model = if cfg.encoding == Encoding::Rope {
+    let model = if cfg.encoding.rope_scalable() {
         model.with_scaling(&freqs)
     } else {
         model
@@ -238,7 +237,7 @@ pub fn eval_model(
         loss: ev.loss,
         accuracy: ev.accuracy,
         effective_freq: ev.summary.effective_freq,
-        attention_factor: if cfg.encoding == Encoding::Rope {
+        attention_factor: if cfg.encoding.rope_scalable() {
             freqs.attention_factor
         } else {
             1.0

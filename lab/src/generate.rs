@@ -13,7 +13,7 @@ use tasks::igsm::IgsmConfig;
 use tasks::indirect::IndirectConfig;
 use tasks::needle::NeedleConfig;
 
-use crate::sweep::spec::did_you_mean;
+use crate::hint::did_you_mean;
 
 /// Errors of `lab gen` (one line).
 #[derive(Debug, thiserror::Error)]

@@ -17,12 +17,14 @@ pub mod config;
 pub mod decode;
 pub mod eval;
 pub mod generate;
+pub mod hint;
 pub mod kernels;
 pub mod mi;
 pub mod model;
 pub mod plot;
 pub mod probe;
 pub mod results;
+pub mod store;
 pub mod sweep;
 pub mod train;
 

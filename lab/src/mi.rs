@@ -36,7 +36,7 @@ use tasks::mi::{
     CurveRef, Estimator, MiConfig, MiProfile, collapse_error, profile_examples, profile_stream,
 };
 
-use crate::results::{ResultsError, TableBuilder, write_batch};
+use crate::store::{ResultsError, TableBuilder, write_batch};
 
 /// Errors of `lab mi` (one line each).
 #[derive(Debug, thiserror::Error)]
@@ -900,35 +900,15 @@ impl CachedProfile {
 
 /// `dep_width` of a corpus run: `W` of its corpus and granularity measured with
 /// `min(seq_len, WIDTH_MAX_LAG)` lags (`None` when nothing is significant or the data is missing).
-pub fn corpus_dep_width(cfg: &crate::config::RunConfig) -> Option<usize> {
+pub fn corpus_dep_width(corpus: &str, granularity: &str, seq_len: usize) -> Option<usize> {
     let r = corpus_width(
         &tasks::text::default_data_dir(),
-        &cfg.corpus,
-        &cfg.granularity,
-        cfg.seq_len.clamp(1, WIDTH_MAX_LAG),
+        corpus,
+        granularity,
+        seq_len.clamp(1, WIDTH_MAX_LAG),
     )
     .ok()?;
     r.profile.dep_width
-}
-
-/// Examples profiled by [`run_data_width`].
-pub const RUN_WIDTH_EXAMPLES: usize = 256;
-
-/// The dependency width of a run's own training data from its MI profile
-/// (docs/analysis-rules.md, R4): [`RUN_WIDTH_EXAMPLES`] training examples of the run's seed,
-/// lags `1..seq_len−1`, [`MiConfig`]'s defaults otherwise (Miller–Madow, shuffled baseline,
-/// `width_frac` 0.1). `None` when no lag is significant or the profile cannot be computed
-/// (`seq_len < 5`: the shuffled baseline uses lags `1..=4`).
-pub fn run_data_width(cfg: &crate::config::RunConfig) -> Option<usize> {
-    let examples = cfg
-        .task()
-        .batch(cfg.seed, Split::Train, 0, RUN_WIDTH_EXAMPLES)
-        .ok()?;
-    let mi_cfg = MiConfig {
-        max_lag: cfg.seq_len.checked_sub(1).filter(|&r| r >= 4)?,
-        ..MiConfig::default()
-    };
-    profile_examples(&examples, &mi_cfg).ok()?.dep_width
 }
 
 /// The law's recommendation for one corpus at one granularity (`lab recommend`).
@@ -993,10 +973,10 @@ pub fn recommend(
     fill_collapse(&mut results);
     let mut trained: Vec<(String, String, i64, f64)> = Vec::new();
     for t in runs_tables {
-        let Ok((_, batches)) = crate::results::read_parquet(t) else {
+        let Ok((_, batches)) = crate::store::read_parquet(t) else {
             continue;
         };
-        use crate::results::column::{floats, ints, strings};
+        use crate::store::column::{floats, ints, strings};
         for b in &batches {
             let (c, g, e) = (
                 strings(b, "corpus"),

@@ -249,8 +249,8 @@ pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evalua
     let start = Instant::now();
     let model = model.valid();
     let task = cfg.task();
-    let theta = cfg.freq_grid();
-    let kind = cfg.probe_kind();
+    let spectrum = cfg.spectrum();
+    let theta = spectrum.freqs;
     let eval_device = device.clone().inner();
     let (mut loss_sum, mut correct, mut scored) = (0.0f64, 0.0f64, 0usize);
     let mut energy_sum: Vec<Vec<Vec<f64>>> = Vec::new();
@@ -287,7 +287,7 @@ pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evalua
             cfg.n_heads,
             cfg.seq_len,
             cfg.head_dim(),
-            kind,
+            &spectrum.map,
         );
         batch_theta.push(probe::effective_freq(
             &probe::pooled_spectrum(&energy),

@@ -22,6 +22,9 @@ const D: usize = 8;
 
 fn model_config(encoding: Encoding, phase: TapaPhase) -> ModelConfig {
     ModelConfig {
+        rope_p: 1.0,
+        rotary_dim: 0,
+        nope_every: 0,
         vocab_size: 12,
         d_model: H * D,
         n_layers: 1,

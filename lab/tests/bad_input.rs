@@ -342,7 +342,16 @@ fn training_only_options_are_refused_for_an_mi_sweep() {
 #[test]
 fn rope_freqs_negative_factor_and_seq_len_alias() {
     let o = lab()
-        .args(["rope", "freqs", "--head-dim", "8", "--scaling", "linear", "--factor", "-2"])
+        .args([
+            "rope",
+            "freqs",
+            "--head-dim",
+            "8",
+            "--scaling",
+            "linear",
+            "--factor",
+            "-2",
+        ])
         .output()
         .unwrap();
     let (_, stderr) = text(&o);

@@ -27,8 +27,8 @@ use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
 use burn_cubecl::tensor::CubeTensor;
 use lab::kernels::cube::{self, CubeAttentionParams, CubeEncoding, CubePrimitives, CubeStrategy};
 use lab::model::{
-    AttentionKernel, DeltaInit, Encoding, ModelConfig, PairLayout, PositionalAttention, TapaPhase,
-    causal_attention, causal_mask,
+    AttentionKernel, DeltaInit, Encoding, ModelConfig, PRope, PairLayout, PartialRope,
+    PositionalAttention, TapaPhase, causal_attention, causal_mask,
 };
 use rand::{Rng, SeedableRng};
 
@@ -55,6 +55,9 @@ fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
 
 fn config(encoding: Encoding, heads: usize, d: usize) -> ModelConfig {
     ModelConfig {
+        rope_p: 1.0,
+        rotary_dim: 0,
+        nope_every: 0,
         vocab_size: 8,
         d_model: heads * d,
         n_layers: 1,
@@ -134,6 +137,13 @@ enum Case {
         phase: TapaPhase,
         alpha: f64,
     },
+    /// Partial rotary on the first `head_dim / 2` dims, this layout within them (dims past
+    /// them pass through the kernel unchanged).
+    Partial {
+        layout: PairLayout,
+    },
+    /// p-RoPE keeping half of RoPE's frequencies (the other pairs at θ = 0).
+    PRope,
 }
 
 fn check(case: Case) {
@@ -145,11 +155,15 @@ fn check(case: Case) {
             Case::Rope { .. } => Encoding::Rope,
             Case::Pope => Encoding::Pope,
             Case::Tapa { .. } => Encoding::Tapa,
+            Case::Partial { .. } => Encoding::PartialRope,
+            Case::PRope => Encoding::PRope,
         };
         let mut cfg = config(encoding, h, d);
-        if let Case::Rope { layout, .. } = case {
+        if let Case::Rope { layout, .. } | Case::Partial { layout } = case {
             cfg.pair_layout = layout;
         }
+        cfg.rotary_dim = d / 2;
+        cfg.rope_p = 0.5;
         if let Case::Tapa { phase, alpha } = case {
             cfg.tapa_phase = phase;
             cfg.tapa_alpha = alpha;
@@ -222,6 +236,12 @@ fn check(case: Case) {
                 amp_dim: t.amp_dim,
                 alpha: t.alpha,
                 phase: t.phase,
+            },
+            (PositionalAttention::PartialRope(PartialRope { rope: r }), _)
+            | (PositionalAttention::PRope(PRope { rope: r, .. }), _) => CubeEncoding::Rope {
+                inv_freq: r.inv_freq.clone(),
+                layout: r.layout,
+                attention_factor: r.attention_factor,
             },
         };
         for strategy in STRATEGIES {
@@ -308,6 +328,17 @@ fn cube_rope_yarn_factor_both_layouts() {
         layout: PairLayout::RotateHalf,
         yarn: true,
     });
+}
+
+#[test]
+fn cube_partial_rotary_and_p_rope_match_reference() {
+    check(Case::Partial {
+        layout: PairLayout::RotateHalf,
+    });
+    check(Case::Partial {
+        layout: PairLayout::Adjacent,
+    });
+    check(Case::PRope);
 }
 
 #[test]

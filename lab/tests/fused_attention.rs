@@ -15,6 +15,9 @@ use rand::{Rng, SeedableRng};
 
 fn model_config(encoding: Encoding, phase: TapaPhase, attention: AttentionKernel) -> ModelConfig {
     ModelConfig {
+        rope_p: 1.0,
+        rotary_dim: 0,
+        nope_every: 0,
         vocab_size: 11,
         d_model: 32,
         n_layers: 2,
@@ -84,10 +87,53 @@ fn whole_model_fused_matches_reference() {
         (Encoding::Tapa, TapaPhase::Linear),
     ];
     for (encoding, phase) in cases {
-        let what = format!("{encoding:?}/{phase:?}");
+        fused_matches_reference(&format!("{encoding:?}/{phase:?}"), &|attention| {
+            model_config(encoding, phase, attention)
+        });
+    }
+}
+
+/// The encodings added as one file each (p-RoPE, partial rotary in both conventions) and the
+/// hybrid NoPE layers go through the same fused kernels as RoPE: same logits and gradients.
+#[test]
+fn new_encodings_and_hybrid_layers_fused_match_reference() {
+    let with = |encoding, layout, f: fn(&mut ModelConfig)| {
+        move |attention| {
+            let mut c = model_config(encoding, TapaPhase::Quadratic, attention);
+            c.pair_layout = layout;
+            f(&mut c);
+            c
+        }
+    };
+    fused_matches_reference(
+        "p-rope p=0.5 rotate-half",
+        &with(Encoding::PRope, PairLayout::RotateHalf, |c| c.rope_p = 0.5),
+    );
+    fused_matches_reference(
+        "partial-rope r=8 rotate-half (GPT-NeoX)",
+        &with(Encoding::PartialRope, PairLayout::RotateHalf, |c| {
+            c.rotary_dim = 8
+        }),
+    );
+    fused_matches_reference(
+        "partial-rope r=6 adjacent (GPT-J)",
+        &with(Encoding::PartialRope, PairLayout::Adjacent, |c| {
+            c.rotary_dim = 6
+        }),
+    );
+    fused_matches_reference(
+        "rope, NoPE every 2nd layer",
+        &with(Encoding::Rope, PairLayout::RotateHalf, |c| c.nope_every = 2),
+    );
+}
+
+/// Logits and parameter gradients of the model `config(attention)` with the fused and the
+/// reference attention agree (autodiff backend), and the plain backend's fused logits too.
+fn fused_matches_reference(what: &str, config: &dyn Fn(AttentionKernel) -> ModelConfig) {
+    {
         let device = Device::flex().autodiff();
         let run = |attention| {
-            let model = model_config(encoding, phase, attention).init(9, &device);
+            let model = config(attention).init(9, &device);
             let logits = model.forward(tokens(2, 70, &device));
             let r = Tensor::<3>::from_data(
                 TensorData::new(
@@ -110,7 +156,7 @@ fn whole_model_fused_matches_reference() {
         }
         // Inference on the plain backend (no autodiff) goes through the same kernel.
         let plain = Device::flex();
-        let model = model_config(encoding, phase, AttentionKernel::Fused).init(9, &plain);
+        let model = config(AttentionKernel::Fused).init(9, &plain);
         close(
             &values(model.forward(tokens(2, 70, &plain))),
             &ref_logits,

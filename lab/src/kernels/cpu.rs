@@ -30,51 +30,11 @@
 
 use rayon::prelude::*;
 
-use crate::model::{PairLayout, TapaPhase};
+pub use super::map::KernelEncoding;
+use super::map::{PairLayout, TapaPhase};
 
 /// Key tile length (tokens).
 pub const TILE: usize = 64;
-
-/// The positional part handled inside the kernel.
-#[derive(Clone, Debug, PartialEq)]
-pub enum KernelEncoding {
-    /// Plain `q·k/√d`.
-    Nope,
-    /// RoPE with these inverse frequencies `[d/2]` (any scaling's) and pair layout.
-    Rope {
-        /// `θ_i`, radians per token.
-        inv_freq: Vec<f64>,
-        /// Pair layout.
-        layout: PairLayout,
-        /// Multiplier of the cos/sin tables (YaRN's attention factor; 1 otherwise).
-        attention_factor: f64,
-    },
-    /// PoPE (Gopalakrishnan et al. 2026, §3): `θ_c` per component `[d]`, radians per token.
-    /// The phase bias δ is an input of the kernel (`[heads · d]`), not part of the encoding.
-    Pope {
-        /// `θ_c = base^(−c/d)`, `[d]`.
-        theta: Vec<f64>,
-    },
-    /// TAPA (Wang et al. 2025, §3): amplitude dimensions, distance exponent, phase form.
-    Tapa {
-        /// Amplitude dimensions `a` (the first `a` of each head); phase dimensions are the rest.
-        amp_dim: usize,
-        /// Distance exponent α.
-        alpha: f64,
-        /// Quadratic `q_P·k_P` or linear `Σq_P + Σk_P`.
-        phase: TapaPhase,
-    },
-}
-
-impl KernelEncoding {
-    /// Width of the score-space vectors `q̃`, `k̃` for head dimension `d`.
-    fn score_dim(&self, d: usize) -> usize {
-        match self {
-            KernelEncoding::Pope { .. } => 2 * d,
-            _ => d,
-        }
-    }
-}
 
 /// Shape `[batch, heads, seq, head_dim]`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -765,7 +725,7 @@ fn rotate(
             &tables.sin[t * tables.width..],
         );
         for i in 0..tables.width {
-            let (a, b) = layout.pair_dims(i, d);
+            let (a, b) = layout.pair_dims(i, 2 * tables.width);
             let (c, s) = (cos[i], sign * sin[i]);
             let (re, im) = (row[a], row[b]);
             row[a] = re * c - im * s;
@@ -1090,6 +1050,9 @@ mod tests {
 
     fn config(encoding: Encoding, heads: usize, d: usize) -> ModelConfig {
         ModelConfig {
+            rope_p: 1.0,
+            rotary_dim: 0,
+            nope_every: 0,
             vocab_size: 8,
             d_model: heads * d,
             n_layers: 1,

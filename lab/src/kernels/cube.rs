@@ -55,7 +55,7 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 use cubecl::{CubeCount, CubeDim, calculate_cube_count_elemwise};
 
-use crate::model::{PairLayout, TapaPhase};
+use super::map::{PairLayout, TapaPhase};
 
 /// Units per cube (workgroup) of every kernel.
 const CUBE_UNITS: u32 = 64;
@@ -928,8 +928,9 @@ mod kernels {
         }
     }
 
-    /// RoPE on one row per unit: `out = a · R(±pos·θ) x` (`inverse` rotates by −pos·θ, the
-    /// transpose, for the backward). `inv_freq`: `[d/2]`.
+    /// RoPE on one row per unit: `out = a · R(±pos·θ) x` on the first `rot` dims (`inverse`
+    /// rotates by −pos·θ, the transpose, for the backward); dims `rot..d` are copied unchanged
+    /// (partial rotary). `inv_freq`: `[rot/2]`.
     #[cube(launch)]
     pub fn rope_rotate(
         x: &[f32],
@@ -939,6 +940,7 @@ mod kernels {
         seq: u32,
         factor: f32,
         #[comptime] d: usize,
+        #[comptime] rot: usize,
         #[comptime] adjacent: bool,
         #[comptime] inverse: bool,
     ) {
@@ -947,7 +949,7 @@ mod kernels {
             terminate!();
         }
         let pos = f32::cast_from((r % seq as usize) as u32);
-        let half = d / 2;
+        let half = rot / 2;
         let row = r * d;
         if adjacent {
             #[unroll]
@@ -975,6 +977,10 @@ mod kernels {
                     inverse,
                 );
             }
+        }
+        #[unroll]
+        for c in rot..d {
+            out[row + c] = x[row + c];
         }
     }
 
@@ -1184,7 +1190,10 @@ impl Plan {
             CubeEncoding::Nope => {}
             CubeEncoding::Rope { inv_freq, .. } => {
                 assert!(d % 2 == 0, "RoPE needs an even head_dim");
-                assert_eq!(inv_freq.len(), d / 2, "inv_freq must be [head_dim/2]");
+                assert!(
+                    !inv_freq.is_empty() && 2 * inv_freq.len() <= d,
+                    "inv_freq must be [rotary_dim/2] with 2 ≤ rotary_dim ≤ head_dim"
+                );
             }
             CubeEncoding::Pope { theta, delta } => {
                 assert_eq!(theta.len(), d, "PoPE theta must be [head_dim]");
@@ -1246,6 +1255,7 @@ fn transform(
                     seq,
                     *attention_factor as f32,
                     d,
+                    2 * inv_freq.len(),
                     *layout == PairLayout::Adjacent,
                     false,
                 );
@@ -1568,6 +1578,7 @@ pub fn backward(
                     seq,
                     *attention_factor as f32,
                     d,
+                    2 * inv_freq.len(),
                     *layout == PairLayout::Adjacent,
                     true,
                 );

@@ -11,6 +11,7 @@ pub mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod cube;
 pub mod fused;
+pub mod map;
 pub mod pointwise;
 
 pub use fused::positional_attention;

@@ -11,7 +11,10 @@
 //! "Flex's RNG is one process-global generator"). Weights are `N(0, 0.02²)` (GPT-2), the two
 //! residual output projections scaled by `1/√(2·n_layers)`, norm gains 1.
 
+pub mod encoding;
 pub mod nope;
+pub mod p_rope;
+pub mod partial_rope;
 pub mod pope;
 pub mod rope;
 pub mod scaling;
@@ -26,41 +29,153 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 use serde::{Deserialize, Serialize};
 
+pub use encoding::{KernelEncoding, PositionalEncoding, Spectrum, SpectrumMap};
 pub use nope::Nope;
+pub use p_rope::PRope;
+pub use partial_rope::PartialRope;
 pub use pope::{DeltaInit, Pope};
 pub use rope::{PairLayout, Rope};
 pub use tapa::{Tapa, TapaPhase};
 
-/// Which positional encoding the attention uses (SCIENCE.md §1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Encoding {
-    /// No positional encoding: plain `q·k/√d` under a causal mask.
-    Nope,
-    /// Rotary position embedding, `θ_i = rope_base^(−2i/d)`.
-    Rope,
-    /// Polar coordinate position embedding, `θ_c = rope_base^(−(c−1)/d)`.
-    Pope,
-    /// Token-aware phase attention.
-    Tapa,
+/// The registry of encodings: one line per encoding (its variant name and its type, which
+/// implements [`PositionalEncoding`]). It generates [`Encoding`] (the config value, named by
+/// each type's `NAME`) and [`PositionalAttention`] (the burn module holding one layer's
+/// encoding), whose methods dispatch to the trait.
+macro_rules! encodings {
+    ($($(#[$doc:meta])* $variant:ident($ty:ty),)*) => {
+        /// Which positional encoding the attention uses (SCIENCE.md §1, §8); in configs and
+        /// tables by its name (`rope`, `p-rope`, …).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Encoding {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Encoding {
+            /// Every encoding, in registry order.
+            pub const ALL: &[Encoding] = &[$(Encoding::$variant,)*];
+            /// Their names, in registry order.
+            pub const NAMES: &[&str] = &[$(<$ty as PositionalEncoding>::NAME,)*];
+
+            /// Name used in configs and tables.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Encoding::$variant => <$ty as PositionalEncoding>::NAME,)*
+                }
+            }
+
+            /// Whether the encoding's spectrum channels are position frequencies, so the law
+            /// is fitted on them ([`PositionalEncoding::FITS_LAW`]).
+            pub fn is_rotary(self) -> bool {
+                match self {
+                    $(Encoding::$variant => <$ty as PositionalEncoding>::FITS_LAW,)*
+                }
+            }
+
+            /// Whether RoPE scalings and the band ablation apply
+            /// ([`PositionalEncoding::ROPE_SCALABLE`]).
+            pub fn rope_scalable(self) -> bool {
+                match self {
+                    $(Encoding::$variant => <$ty as PositionalEncoding>::ROPE_SCALABLE,)*
+                }
+            }
+
+            /// The probe's view of this encoding in a model with `config`.
+            pub fn spectrum(self, config: &ModelConfig) -> Spectrum {
+                match self {
+                    $(Encoding::$variant => <$ty as PositionalEncoding>::spectrum(config),)*
+                }
+            }
+        }
+
+        /// The positional part of attention of one layer: turns per-head queries and keys into
+        /// attention logits. One variant per registry line.
+        #[derive(Module, Debug)]
+        pub enum PositionalAttention {
+            $(#[doc = concat!("See [`", stringify!($variant), "`](", stringify!($ty), ").")] $variant($ty),)*
+        }
+
+        impl PositionalAttention {
+            /// Encoding `encoding` for a layer of a model with `config` (PoPE's δ drawn from
+            /// `seed` when uniform).
+            pub fn new_for(encoding: Encoding, config: &ModelConfig, seed: u64, device: &Device) -> Self {
+                match encoding {
+                    $(Encoding::$variant => PositionalAttention::$variant(<$ty as PositionalEncoding>::new(config, seed, device)),)*
+                }
+            }
+
+            /// The encoding this layer uses.
+            pub fn encoding(&self) -> Encoding {
+                match self {
+                    $(PositionalAttention::$variant(_) => Encoding::$variant,)*
+                }
+            }
+
+            /// Apply a RoPE frequency scaling (evaluation at other lengths); encodings that do
+            /// not take one are returned unchanged (evaluated as trained).
+            pub fn with_scaling(self, freqs: &scaling::ScaledFreqs) -> Self {
+                match self {
+                    $(PositionalAttention::$variant(p) => PositionalAttention::$variant(p.with_scaling(freqs)),)*
+                }
+            }
+
+            /// Keep constrained parameters in range (PoPE's δ ∈ [−2π, 0]); identity otherwise.
+            pub fn project(self) -> Self {
+                match self {
+                    $(PositionalAttention::$variant(p) => PositionalAttention::$variant(p.project()),)*
+                }
+            }
+
+            /// The fused kernel's description of this encoding, and PoPE's δ
+            /// `[heads · head_dim]`.
+            pub fn kernel_encoding(&self) -> (KernelEncoding, Option<Tensor<1>>) {
+                match self {
+                    $(PositionalAttention::$variant(p) => p.kernel_map(),)*
+                }
+            }
+
+            /// Attention logits before mask and softmax.
+            ///
+            /// `q`, `k`: `[batch, heads, seq, head_dim]` (query and key positions `0..seq`).
+            /// Returns `[batch, heads, seq_q, seq_k]`, already scaled (`1/√head_dim` for the
+            /// dot-product encodings; TAPA's own normalisation).
+            pub fn scores(&self, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {
+                match self {
+                    $(PositionalAttention::$variant(p) => PositionalEncoding::scores(p, q, k),)*
+                }
+            }
+        }
+    };
 }
 
-impl Encoding {
-    /// Lower-case name used in configs and tables.
-    pub fn name(self) -> &'static str {
-        match self {
-            Encoding::Nope => "nope",
-            Encoding::Rope => "rope",
-            Encoding::Pope => "pope",
-            Encoding::Tapa => "tapa",
-        }
-    }
+encodings! {
+    /// No positional encoding: plain `q·k/√d` under a causal mask.
+    Nope(Nope),
+    /// Rotary position embedding, `θ_i = rope_base^(−2i/d)`.
+    Rope(Rope),
+    /// Polar coordinate position embedding, `θ_c = rope_base^(−(c−1)/d)`.
+    Pope(Pope),
+    /// Token-aware phase attention.
+    Tapa(Tapa),
+    /// p-RoPE: rotary on the highest fraction `rope_p` of RoPE's frequencies only.
+    PRope(PRope),
+    /// Partial rotary: rotary on the first `rotary_dim` dims, frequencies over `rotary_dim`.
+    PartialRope(PartialRope),
+}
 
-    /// Whether the encoding's score has position frequencies (so its spectrum is meaningful and
-    /// the law is fitted on it): RoPE and PoPE. (TAPA's frequencies are per token pair and per
-    /// unit of `|m−n|^α`; NoPE has none.)
-    pub fn is_rotary(self) -> bool {
-        matches!(self, Encoding::Rope | Encoding::Pope)
+impl serde::Serialize for Encoding {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Encoding {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Encoding::ALL
+            .iter()
+            .copied()
+            .find(|e| e.name() == name)
+            .ok_or_else(|| serde::de::Error::unknown_variant(&name, Encoding::NAMES))
     }
 }
 
@@ -126,9 +241,43 @@ pub struct ModelConfig {
     /// Attention implementation.
     #[serde(default)]
     pub attention: AttentionKernel,
+    /// p-RoPE: fraction `p ∈ (0, 1]` of RoPE's frequencies kept, the highest ones
+    /// (Barbero et al. 2025, arXiv 2410.06205, §6).
+    #[serde(default = "one")]
+    pub rope_p: f64,
+    /// Partial rotary: rotated dims `r` of each head (even, `2..=head_dim`; 0 = `head_dim`).
+    #[serde(default)]
+    pub rotary_dim: usize,
+    /// Hybrid layers: every `k`-th layer (layers `k−1, 2k−1, …`, 0-based) uses NoPE and the
+    /// others `encoding` (Llama 4's interleaving); 0 = every layer uses `encoding`.
+    #[serde(default)]
+    pub nope_every: usize,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 impl ModelConfig {
+    /// The encoding of layer `layer` (0-based): NoPE on every `nope_every`-th layer, `encoding`
+    /// elsewhere.
+    pub fn layer_encoding(&self, layer: usize) -> Encoding {
+        if self.nope_every > 0 && (layer + 1) % self.nope_every == 0 {
+            Encoding::Nope
+        } else {
+            self.encoding
+        }
+    }
+
+    /// Partial rotary's rotated dims (`rotary_dim`, or `head_dim` when 0).
+    pub fn rotary_dim(&self) -> usize {
+        if self.rotary_dim == 0 {
+            self.head_dim()
+        } else {
+            self.rotary_dim
+        }
+    }
+
     /// Per-head dimension.
     pub fn head_dim(&self) -> usize {
         self.d_model / self.n_heads
@@ -151,7 +300,7 @@ impl ModelConfig {
         let d = self.d_model;
         let token_embedding = normal([self.vocab_size, d], std);
         let mut blocks = Vec::with_capacity(self.n_layers);
-        for _ in 0..self.n_layers {
+        for layer in 0..self.n_layers {
             blocks.push(Block {
                 attn_norm: ones(d, device),
                 wq: normal([d, d], std),
@@ -161,7 +310,12 @@ impl ModelConfig {
                 mlp_norm: ones(d, device),
                 w_in: normal([d, self.d_ff], std),
                 w_out: normal([self.d_ff, d], resid_std),
-                positional: PositionalAttention::new(self, seed, device),
+                positional: PositionalAttention::new_for(
+                    self.layer_encoding(layer),
+                    self,
+                    seed,
+                    device,
+                ),
                 n_heads: self.n_heads,
                 kernel: self.attention,
             });
@@ -181,106 +335,10 @@ fn ones(d: usize, device: &Device) -> Param<Tensor<1>> {
     Param::from_data(TensorData::new(vec![1.0f32; d], [d]), device)
 }
 
-/// The positional part of attention: turns per-head queries and keys into attention logits.
-///
-/// One variant per encoding file. A new encoding is a new file plus one line here.
-#[derive(Module, Debug)]
-pub enum PositionalAttention {
-    /// See [`Nope`].
-    Nope(Nope),
-    /// See [`Rope`].
-    Rope(Rope),
-    /// See [`Pope`].
-    Pope(Pope),
-    /// See [`Tapa`].
-    Tapa(Tapa),
-}
-
 impl PositionalAttention {
-    /// The variant for `config.encoding` (PoPE's δ drawn from `seed` when uniform).
+    /// Layer 0's encoding for `config` (see [`ModelConfig::layer_encoding`] for the others).
     pub fn new(config: &ModelConfig, seed: u64, device: &Device) -> Self {
-        let d = config.head_dim();
-        match config.encoding {
-            Encoding::Nope => PositionalAttention::Nope(Nope::new(d)),
-            Encoding::Rope => {
-                PositionalAttention::Rope(Rope::new(d, config.rope_base, config.pair_layout))
-            }
-            Encoding::Pope => PositionalAttention::Pope(Pope::new(
-                d,
-                config.n_heads,
-                config.rope_base,
-                config.pope_delta_init,
-                seed,
-                device,
-            )),
-            Encoding::Tapa => PositionalAttention::Tapa(Tapa::new(
-                d,
-                config.tapa_rho,
-                config.tapa_alpha,
-                config.tapa_phase,
-            )),
-        }
-    }
-
-    /// Apply a RoPE frequency scaling (evaluation at other lengths). Other encodings are
-    /// returned unchanged: PoPE and TAPA are evaluated as trained.
-    pub fn with_scaling(self, freqs: &scaling::ScaledFreqs) -> Self {
-        match self {
-            PositionalAttention::Rope(r) => PositionalAttention::Rope(r.with_freqs(freqs)),
-            other => other,
-        }
-    }
-
-    /// Keep constrained parameters in range (PoPE's δ ∈ [−2π, 0]); identity otherwise.
-    pub fn project(self) -> Self {
-        match self {
-            PositionalAttention::Pope(p) => PositionalAttention::Pope(p.clamp_delta()),
-            other => other,
-        }
-    }
-
-    /// The fused kernel's description of this encoding, and PoPE's δ `[heads · head_dim]`.
-    pub fn kernel_encoding(&self) -> (crate::kernels::cpu::KernelEncoding, Option<Tensor<1>>) {
-        use crate::kernels::cpu::KernelEncoding;
-        match self {
-            PositionalAttention::Nope(_) => (KernelEncoding::Nope, None),
-            PositionalAttention::Rope(r) => (
-                KernelEncoding::Rope {
-                    inv_freq: r.inv_freq.clone(),
-                    layout: r.layout,
-                    attention_factor: r.attention_factor,
-                },
-                None,
-            ),
-            PositionalAttention::Pope(p) => (
-                KernelEncoding::Pope {
-                    theta: p.theta.clone(),
-                },
-                Some(p.delta.val()),
-            ),
-            PositionalAttention::Tapa(t) => (
-                KernelEncoding::Tapa {
-                    amp_dim: t.amp_dim,
-                    alpha: t.alpha,
-                    phase: t.phase,
-                },
-                None,
-            ),
-        }
-    }
-
-    /// Attention logits before mask and softmax.
-    ///
-    /// `q`, `k`: `[batch, heads, seq, head_dim]` (query and key positions `0..seq`).
-    /// Returns `[batch, heads, seq_q, seq_k]`, already scaled (`1/√head_dim` for NoPE, RoPE and
-    /// PoPE; TAPA's own normalisation).
-    pub fn scores(&self, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {
-        match self {
-            PositionalAttention::Nope(p) => p.scores(q, k),
-            PositionalAttention::Rope(p) => p.scores(q, k),
-            PositionalAttention::Pope(p) => p.scores(q, k),
-            PositionalAttention::Tapa(p) => p.scores(q, k),
-        }
+        Self::new_for(config.encoding, config, seed, device)
     }
 }
 

@@ -18,6 +18,9 @@ use burn::tensor::{Device, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use super::ModelConfig;
+use super::encoding::{KernelEncoding, PositionalEncoding, Spectrum, SpectrumMap};
+
 /// Lower bound of δ (radians).
 pub const DELTA_MIN: f64 = -2.0 * std::f64::consts::PI;
 /// Upper bound of δ (radians).
@@ -138,6 +141,43 @@ impl Pope {
             if tracked { c.require_grad() } else { c }
         });
         self
+    }
+}
+
+impl PositionalEncoding for Pope {
+    const NAME: &'static str = "pope";
+    const FITS_LAW: bool = true;
+    const ROPE_SCALABLE: bool = false;
+
+    fn new(config: &ModelConfig, seed: u64, device: &Device) -> Self {
+        Pope::new(
+            config.head_dim(),
+            config.n_heads,
+            config.rope_base,
+            config.pope_delta_init,
+            seed,
+            device,
+        )
+    }
+
+    fn spectrum(config: &ModelConfig) -> Spectrum {
+        Spectrum {
+            map: SpectrumMap::Components,
+            freqs: pope_freqs(config.head_dim(), config.rope_base),
+        }
+    }
+
+    fn scores(&self, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {
+        Pope::scores(self, q, k)
+    }
+
+    fn kernel_map(&self) -> (KernelEncoding, Option<Tensor<1>>) {
+        let theta = self.theta.clone();
+        (KernelEncoding::Pope { theta }, Some(self.delta.val()))
+    }
+
+    fn project(self) -> Self {
+        self.clamp_delta()
     }
 }
 

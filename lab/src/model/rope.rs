@@ -11,50 +11,13 @@
 //! - [`PairLayout::RotateHalf`]: pair `i` = dims `(i, i+d/2)` (Hugging Face Llama, GPT-NeoX).
 
 use burn::module::Module;
-use burn::tensor::{Tensor, TensorData};
-use serde::{Deserialize, Serialize};
+use burn::tensor::{Device, Tensor, TensorData};
 
-/// Which q/k dimensions form rotation pair `i` (see module docs).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PairLayout {
-    /// Pair `i` = dims `(2i, 2i+1)`.
-    Adjacent,
-    /// Pair `i` = dims `(i, i + d/2)`.
-    RotateHalf,
-}
+use super::ModelConfig;
+use super::encoding::{KernelEncoding, PositionalEncoding, Spectrum, SpectrumMap};
+use super::scaling::ScaledFreqs;
 
-impl PairLayout {
-    /// Config/table name: `adjacent` or `rotate-half`.
-    pub fn name(self) -> &'static str {
-        match self {
-            PairLayout::Adjacent => "adjacent",
-            PairLayout::RotateHalf => "rotate-half",
-        }
-    }
-
-    /// The two dimensions `(a, b)` of pair `i` for head dimension `head_dim` (`a` is the
-    /// "real" part, `b` the "imaginary" part).
-    pub fn pair_dims(self, i: usize, head_dim: usize) -> (usize, usize) {
-        match self {
-            PairLayout::Adjacent => (2 * i, 2 * i + 1),
-            PairLayout::RotateHalf => (i, i + head_dim / 2),
-        }
-    }
-
-    /// Permutation `perm` such that a vector `x` in the adjacent layout equals, in this layout,
-    /// `y[j] = x[perm[j]]`. Identity for [`PairLayout::Adjacent`]; for rotate-half,
-    /// `perm = [0, 2, 4, …, d−2, 1, 3, …, d−1]`.
-    pub fn permutation(self, head_dim: usize) -> Vec<usize> {
-        let mut perm = vec![0; head_dim];
-        for i in 0..head_dim / 2 {
-            let (a, b) = self.pair_dims(i, head_dim);
-            perm[a] = 2 * i;
-            perm[b] = 2 * i + 1;
-        }
-        perm
-    }
-}
+pub use crate::kernels::map::PairLayout;
 
 /// RoPE inverse frequencies `θ_i = base^(−2i/d)`, `i = 0..d/2` (radians per token).
 ///
@@ -73,7 +36,8 @@ pub struct Rope {
     /// Pair layout.
     #[module(skip)]
     pub layout: PairLayout,
-    /// `θ_i`, `[d/2]`, radians per token.
+    /// `θ_i`, `[r/2]`, radians per token: the first `r = 2·len` dims are rotated (`r = d` for
+    /// RoPE; `r < d` for partial rotary, whose other dims pass through unchanged).
     #[module(skip)]
     pub inv_freq: Vec<f64>,
     /// Multiplier of the cos/sin tables (YaRN's attention factor; 1 otherwise), so scores scale
@@ -93,21 +57,50 @@ impl Rope {
         }
     }
 
+    /// Rotary on the first `2·inv_freq.len()` dims of each head with these frequencies, in
+    /// `layout` within those dims; the other dims pass through (partial rotary, p-RoPE).
+    ///
+    /// # Panics
+    /// When `2·inv_freq.len() > head_dim`.
+    pub fn with_inv_freq(head_dim: usize, inv_freq: Vec<f64>, layout: PairLayout) -> Self {
+        assert!(
+            2 * inv_freq.len() <= head_dim,
+            "inv_freq longer than head_dim/2"
+        );
+        Self {
+            head_dim,
+            layout,
+            inv_freq,
+            attention_factor: 1.0,
+        }
+    }
+
+    /// Rotated dims `r = 2·inv_freq.len()` (the first `r` of each head).
+    pub fn rotary_dim(&self) -> usize {
+        2 * self.inv_freq.len()
+    }
+
+    /// The rotary pairs' dims `(a, b)`, pair `i` = `layout.pair_dims(i, r)`.
+    pub fn pair_dims(&self) -> Vec<(usize, usize)> {
+        let r = self.rotary_dim();
+        (0..r / 2).map(|i| self.layout.pair_dims(i, r)).collect()
+    }
+
     /// Replace the frequencies by a scaling's (see [`crate::model::scaling`]).
-    pub fn with_freqs(mut self, freqs: &crate::model::scaling::ScaledFreqs) -> Self {
+    pub fn with_freqs(mut self, freqs: &ScaledFreqs) -> Self {
         assert_eq!(
             freqs.inv_freq.len(),
-            self.head_dim / 2,
-            "inv_freq must be [head_dim/2]"
+            self.inv_freq.len(),
+            "inv_freq must be [rotary_dim/2]"
         );
         self.inv_freq = freqs.inv_freq.clone();
         self.attention_factor = freqs.attention_factor;
         self
     }
 
-    /// `(cos, sin)` tables `[seq, d/2]` of the angles `t·θ_i`, `t = 0..seq`.
+    /// `(cos, sin)` tables `[seq, r/2]` of the angles `t·θ_i`, `t = 0..seq`.
     fn tables(&self, seq: usize, like: &Tensor<4>) -> (Tensor<4>, Tensor<4>) {
-        let half = self.head_dim / 2;
+        let half = self.inv_freq.len();
         let mut cos = Vec::with_capacity(seq * half);
         let mut sin = Vec::with_capacity(seq * half);
         for t in 0..seq {
@@ -123,8 +116,20 @@ impl Rope {
         (cos.unsqueeze(), sin.unsqueeze())
     }
 
-    /// Rotate `x`: `[batch, heads, seq, head_dim]` by position (position `t` = index on axis 2).
+    /// Rotate `x`: `[batch, heads, seq, head_dim]` by position (position `t` = index on axis 2):
+    /// the first `r` dims ([`Rope::rotary_dim`]); the others are returned as they are.
     pub fn rotate(&self, x: Tensor<4>) -> Tensor<4> {
+        let [_, _, _, d] = x.dims();
+        let r = self.rotary_dim();
+        if r == d {
+            return self.rotate_all(x);
+        }
+        let pass = x.clone().narrow(3, r, d - r);
+        Tensor::cat(vec![self.rotate_all(x.narrow(3, 0, r)), pass], 3)
+    }
+
+    /// Rotate every dim of `x` (`[batch, heads, seq, r]`, `r = 2·inv_freq.len()`).
+    fn rotate_all(&self, x: Tensor<4>) -> Tensor<4> {
         let [b, h, l, d] = x.dims();
         let half = d / 2;
         let (cos, sin) = self.tables(l, &x);
@@ -160,6 +165,47 @@ impl Rope {
         let q = self.rotate(q);
         let k = self.rotate(k);
         q.matmul(k.swap_dims(2, 3)) / (self.head_dim as f64).sqrt()
+    }
+
+    /// The fused kernels' description.
+    pub fn kernel_rope(&self) -> KernelEncoding {
+        KernelEncoding::Rope {
+            inv_freq: self.inv_freq.clone(),
+            layout: self.layout,
+            attention_factor: self.attention_factor,
+        }
+    }
+}
+
+impl PositionalEncoding for Rope {
+    const NAME: &'static str = "rope";
+    const FITS_LAW: bool = true;
+    const ROPE_SCALABLE: bool = true;
+
+    fn new(config: &ModelConfig, _seed: u64, _device: &Device) -> Self {
+        Rope::new(config.head_dim(), config.rope_base, config.pair_layout)
+    }
+
+    fn spectrum(config: &ModelConfig) -> Spectrum {
+        let r = Rope::new(config.head_dim(), config.rope_base, config.pair_layout);
+        Spectrum {
+            map: SpectrumMap::Pairs {
+                dims: r.pair_dims(),
+            },
+            freqs: r.inv_freq,
+        }
+    }
+
+    fn scores(&self, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {
+        Rope::scores(self, q, k)
+    }
+
+    fn kernel_map(&self) -> (KernelEncoding, Option<Tensor<1>>) {
+        (self.kernel_rope(), None)
+    }
+
+    fn with_scaling(self, freqs: &ScaledFreqs) -> Self {
+        self.with_freqs(freqs)
     }
 }
 

@@ -12,16 +12,25 @@
 
 use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
-use serde::{Deserialize, Serialize};
 
-/// Phase form.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TapaPhase {
-    /// `q_P·k_P` (the paper's quadratic phase).
-    Quadratic,
-    /// `Σ q_P + Σ k_P` (the linear-phase ablation).
-    Linear,
+use super::ModelConfig;
+use super::encoding::{KernelEncoding, PositionalEncoding, Spectrum, SpectrumMap};
+pub use crate::kernels::map::TapaPhase;
+
+/// Centres of the TAPA phase-frequency bins of the probe: 24 log-spaced bins of `|ω|` between
+/// `10^−2` and `10^2` radians per unit of `|m−n|^α`; values outside fall into the end bins.
+pub fn tapa_bins() -> Vec<f64> {
+    let (lo, hi, n) = (-2.0f64, 2.0f64, 24);
+    (0..n)
+        .map(|i| 10f64.powf(lo + (i as f64 + 0.5) * (hi - lo) / n as f64))
+        .collect()
+}
+
+/// The bin of [`tapa_bins`] that `|omega|` falls into.
+pub fn tapa_bin(omega: f64) -> usize {
+    let (lo, hi, n) = (-2.0f64, 2.0f64, 24usize);
+    let x = (omega.abs().max(1e-300).log10() - lo) / (hi - lo) * n as f64;
+    (x.floor().max(0.0) as usize).min(n - 1)
 }
 
 /// TAPA score function (no parameters).
@@ -97,6 +106,53 @@ impl Tapa {
         let amp = self.amplitude_term(q.clone(), k.clone());
         let phase = self.phase_term(q, k) * dist * (2.0 * std::f64::consts::PI);
         amp * phase.cos()
+    }
+}
+
+impl PositionalEncoding for Tapa {
+    const NAME: &'static str = "tapa";
+    const FITS_LAW: bool = false;
+    const ROPE_SCALABLE: bool = false;
+
+    fn new(config: &ModelConfig, _seed: u64, _device: &Device) -> Self {
+        Tapa::new(
+            config.head_dim(),
+            config.tapa_rho,
+            config.tapa_alpha,
+            config.tapa_phase,
+        )
+    }
+
+    fn spectrum(config: &ModelConfig) -> Spectrum {
+        let t = Tapa::new(
+            config.head_dim(),
+            config.tapa_rho,
+            config.tapa_alpha,
+            config.tapa_phase,
+        );
+        Spectrum {
+            map: SpectrumMap::TapaBins {
+                amp_dim: t.amp_dim,
+                linear_phase: t.phase == TapaPhase::Linear,
+            },
+            freqs: tapa_bins(),
+        }
+    }
+
+    fn scores(&self, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {
+        Tapa::scores(self, q, k)
+    }
+
+    fn kernel_map(&self) -> (KernelEncoding, Option<Tensor<1>>) {
+        let (amp_dim, alpha, phase) = (self.amp_dim, self.alpha, self.phase);
+        (
+            KernelEncoding::Tapa {
+                amp_dim,
+                alpha,
+                phase,
+            },
+            None,
+        )
     }
 }
 

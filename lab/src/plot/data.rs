@@ -8,6 +8,7 @@ use arrow_array::RecordBatch;
 
 use super::PlotError;
 use crate::analysis::{FitPoint, bootstrap_fits, fit_loglog, quantile_sorted};
+use crate::model::Encoding;
 use crate::results::{column, read_parquet};
 
 /// A table read back from Parquet (all its batches), with checked column access.
@@ -331,6 +332,49 @@ fn width_column(runs: &Table) -> Result<Vec<Option<i64>>, PlotError> {
     }
 }
 
+/// Per row of `runs`, ` base=<rope_base>` and/or ` L=<seq_len>` when the finished runs take more
+/// than one value of it (as `sweep::law::fits` labels its groups), else empty.
+fn setting_labels(runs: &Table, done: &[bool]) -> Result<Vec<String>, PlotError> {
+    let n = runs.rows();
+    let base = if runs.has("rope_base") {
+        runs.f64s("rope_base")?
+    } else {
+        vec![None; n]
+    };
+    let len = if runs.has("seq_len") {
+        runs.i64s("seq_len")?
+    } else {
+        vec![None; n]
+    };
+    let varies = |vals: Vec<String>| {
+        let set: std::collections::BTreeSet<&String> = vals
+            .iter()
+            .zip(done)
+            .filter(|(_, d)| **d)
+            .map(|(v, _)| v)
+            .collect();
+        set.len() > 1
+    };
+    let b: Vec<String> = base
+        .iter()
+        .map(|x| format!("{}", x.unwrap_or(0.0)))
+        .collect();
+    let l: Vec<String> = len.iter().map(|x| x.unwrap_or(0).to_string()).collect();
+    let (vb, vl) = (varies(b.clone()), varies(l.clone()));
+    Ok((0..n)
+        .map(|i| {
+            let mut s = String::new();
+            if vb {
+                s.push_str(&format!(" base={}", b[i]));
+            }
+            if vl {
+                s.push_str(&format!(" L={}", l[i]));
+            }
+            s
+        })
+        .collect())
+}
+
 // ---------------------------------------------------------------------------------------------
 // block-width: the law θ_eff = c · W^(−β)
 
@@ -393,6 +437,9 @@ pub fn law_figure(
         None
     };
     let seeds = runs.i64s("seed")?;
+    // Settings the sweep varies besides the width (sweeps/base-vs-width.toml): named in the
+    // group label as the sweep's fit table names them (`rope/copy base=100 L=512`).
+    let setting = setting_labels(runs, &done)?;
     // θ_eff per (run id, layer) at the final evaluation.
     let mut per_layer: BTreeMap<(String, i64), f64> = BTreeMap::new();
     if let Some(l) = layers {
@@ -422,9 +469,11 @@ pub fn law_figure(
         else {
             continue;
         };
+        let rotary =
+            serde_json::from_value::<Encoding>(serde_json::json!(e)).is_ok_and(Encoding::is_rotary);
         match e.as_str() {
-            "rope" | "pope" => {
-                let g = format!("{e}/{v}");
+            _ if rotary => {
+                let g = format!("{e}/{v}{}", setting[i]);
                 let mut add = |pooling: &str, t: Option<f64>| {
                     if let Some(t) = t.filter(|&t| ok(t)) {
                         groups

@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `block-width` | `spectrum-heatmap` | energy share per rotary frequency × block width, per variant and layer, with π/B |
 //! | `block-width` | `theta-eff-vs-width` | θ_eff vs W (log-log) per pooling (positional layer, each layer), fitted c·W^(−β) with its bootstrap band, π/W |
+//! | `base-vs-width` | `theta-eff-vs-width` | θ_eff (positional layer) vs W per variant × rope_base × training length, fitted c·W^(−β), π/W |
 //! | `block-width` | `ablation` | accuracy unablated / with the π/B band / with a far band at θ = 0, per B (when the sweep ablated) |
 //! | `indirect-indexing` | `accuracy-by-encoding` | final-token accuracy per encoding, seeds as dots, chance |
 //! | `indirect-indexing` | `accuracy-curves` | held-out accuracy vs training step per encoding |
@@ -108,6 +109,7 @@ pub const SWEEP_FIGURES: &[(&str, &[&str])] = &[
         "indirect-indexing",
         &["accuracy-by-encoding", "accuracy-curves"],
     ),
+    ("base-vs-width", &["theta-eff-vs-width"]),
     ("pi-self-similarity", &["pi-accuracy"]),
     ("length-extrapolation", &["nll-vs-length"]),
     ("igsm-ops", &["igsm-ops"]),
@@ -193,6 +195,26 @@ pub fn plot_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf
                     "ablation",
                 )?);
             }
+        }
+        "base-vs-width" => {
+            // The law figure with the positional layer only (docs/analysis-rules.md R2; results
+            // without per-layer tables: the pooled θ_eff), one fitted line per variant ×
+            // rope_base × training length, as the sweep's fit table groups them.
+            let runs = table("runs")?;
+            let fit = table("fit").ok();
+            let layers = table("layers").ok();
+            let mut fig = data::law_figure(&runs, layers.as_ref(), fit.as_ref())?;
+            if fig.groups.iter().any(|g| g.group.ends_with("· positional")) {
+                fig.groups.retain(|g| g.group.ends_with("· positional"));
+            }
+            fig.control.clear();
+            if fig.groups.is_empty() {
+                return Err(empty(
+                    "theta-eff-vs-width",
+                    "no rotary group with two or more widths",
+                ));
+            }
+            written.extend(save(&LawPlot { fig }, out, "theta-eff-vs-width")?);
         }
         "indirect-indexing" => {
             let runs = table("runs")?;

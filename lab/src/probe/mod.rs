@@ -21,7 +21,7 @@
 //! token pair is `ω = 2π·(q_P·k_P)/√((1−ρ)d)` per unit of `|m−n|^α`; its energy is the
 //! amplitude² mass in log-spaced `|ω|` bins ([`tapa_bins`]), an O(L²) computation.
 
-use crate::model::PairLayout;
+use crate::model::{PairLayout, SpectrumMap};
 use rayon::prelude::*;
 
 /// Σ over causal pairs `(t, s)`, `s ≤ t`, of `a_q(t, f)·a_k(s, f)` for each frequency `f`.
@@ -50,12 +50,24 @@ pub fn energy_sums(aq: &[f64], ak: &[f64], seq: usize, n_freq: usize) -> Vec<f64
 
 /// RoPE squared pair norms `|x_i(t)|²`, `[seq, head_dim/2]`, from one head's `x`: `[seq, head_dim]`.
 pub fn rope_amplitudes(x: &[f32], seq: usize, head_dim: usize, layout: PairLayout) -> Vec<f64> {
-    let n = head_dim / 2;
-    let dims: Vec<(usize, usize)> = (0..n).map(|i| layout.pair_dims(i, head_dim)).collect();
-    let mut out = Vec::with_capacity(seq * n);
+    let dims: Vec<(usize, usize)> = (0..head_dim / 2)
+        .map(|i| layout.pair_dims(i, head_dim))
+        .collect();
+    pair_amplitudes(x, seq, head_dim, &dims)
+}
+
+/// Squared norms `x_a(t)² + x_b(t)²` of the pairs `dims`, `[seq, dims.len()]`, from one head's
+/// `x`: `[seq, head_dim]` (other dims are ignored).
+pub fn pair_amplitudes(
+    x: &[f32],
+    seq: usize,
+    head_dim: usize,
+    dims: &[(usize, usize)],
+) -> Vec<f64> {
+    let mut out = Vec::with_capacity(seq * dims.len());
     for t in 0..seq {
         let row = &x[t * head_dim..(t + 1) * head_dim];
-        for &(a, b) in &dims {
+        for &(a, b) in dims {
             out.push(row[a] as f64 * row[a] as f64 + row[b] as f64 * row[b] as f64);
         }
     }
@@ -92,20 +104,7 @@ pub fn pair_energy_sums(
     )
 }
 
-/// Centres of the TAPA phase-frequency bins: 24 log-spaced bins of `|ω|` between `10^−2` and
-/// `10^2` radians per unit of `|m−n|^α`; values outside fall into the end bins.
-pub fn tapa_bins() -> Vec<f64> {
-    let (lo, hi, n) = (-2.0f64, 2.0f64, 24);
-    (0..n)
-        .map(|i| 10f64.powf(lo + (i as f64 + 0.5) * (hi - lo) / n as f64))
-        .collect()
-}
-
-fn tapa_bin(omega: f64) -> usize {
-    let (lo, hi, n) = (-2.0f64, 2.0f64, 24usize);
-    let x = (omega.abs().max(1e-300).log10() - lo) / (hi - lo) * n as f64;
-    (x.floor().max(0.0) as usize).min(n - 1)
-}
+pub use crate::model::tapa::{tapa_bin, tapa_bins};
 
 /// TAPA energy sums for one head (SCIENCE.md §3): for every causal pair `(m, n)` the phase
 /// frequency is `ω = 2π·(q_P·k_P)/√((1−ρ)d)` (or the linear-ablation phase) per unit of `|m−n|^α`,
@@ -146,33 +145,29 @@ pub fn tapa_energy_sums(
     sums
 }
 
-/// What the probe needs to know about an encoding.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum ProbeKind {
-    /// RoPE (and NoPE as a control on the same grid): squared pair norms.
-    Rope(PairLayout),
-    /// PoPE: squared softplus magnitudes per component.
-    Pope,
-    /// TAPA: binned token-pair phase frequencies.
-    Tapa {
-        /// Amplitude dimensions.
-        amp_dim: usize,
-        /// Linear-phase ablation.
-        linear_phase: bool,
-    },
-}
-
-impl ProbeKind {
-    /// Energy sums of one head (`q`, `k`: `[seq, head_dim]`).
-    pub fn head_energy_sums(&self, q: &[f32], k: &[f32], seq: usize, head_dim: usize) -> Vec<f64> {
-        match *self {
-            ProbeKind::Rope(layout) => pair_energy_sums(q, k, seq, head_dim, layout),
-            ProbeKind::Pope => energy_sums(&pope_amplitudes(q), &pope_amplitudes(k), seq, head_dim),
-            ProbeKind::Tapa {
-                amp_dim,
-                linear_phase,
-            } => tapa_energy_sums(q, k, seq, head_dim, amp_dim, linear_phase),
+/// Energy sums of one head (`q`, `k`: `[seq, head_dim]`) for an encoding read as `map`
+/// (its [`Spectrum`](crate::model::Spectrum)'s map): one sum per channel.
+pub fn head_energy_sums(
+    map: &SpectrumMap,
+    q: &[f32],
+    k: &[f32],
+    seq: usize,
+    head_dim: usize,
+) -> Vec<f64> {
+    match map {
+        SpectrumMap::Pairs { dims } => energy_sums(
+            &pair_amplitudes(q, seq, head_dim, dims),
+            &pair_amplitudes(k, seq, head_dim, dims),
+            seq,
+            dims.len(),
+        ),
+        SpectrumMap::Components => {
+            energy_sums(&pope_amplitudes(q), &pope_amplitudes(k), seq, head_dim)
         }
+        SpectrumMap::TapaBins {
+            amp_dim,
+            linear_phase,
+        } => tapa_energy_sums(q, k, seq, head_dim, *amp_dim, *linear_phase),
     }
 }
 
@@ -191,7 +186,7 @@ pub fn layer_head_energy(
     heads: usize,
     seq: usize,
     head_dim: usize,
-    kind: ProbeKind,
+    map: &SpectrumMap,
 ) -> Vec<Vec<Vec<f64>>> {
     let per_seq = seq * head_dim;
     let norm = (batch * n_causal_pairs(seq)) as f64;
@@ -204,7 +199,8 @@ pub fn layer_head_energy(
                     let mut total: Vec<f64> = Vec::new();
                     for b in 0..batch {
                         let off = (b * heads + h) * per_seq;
-                        let e = kind.head_energy_sums(
+                        let e = head_energy_sums(
+                            map,
                             &q[off..off + per_seq],
                             &k[off..off + per_seq],
                             seq,
@@ -526,7 +522,8 @@ mod tests {
         // batch 2, heads 2, seq 1, d 2: energy = a_q·a_k per (b, h), averaged over b.
         let q = vec![1.0, 0.0, 2.0, 0.0, 3.0, 0.0, 4.0, 0.0];
         let k = vec![1.0; 8];
-        let e = layer_head_energy(&[(q, k)], 2, 2, 1, 2, ProbeKind::Rope(PairLayout::Adjacent));
+        let map = SpectrumMap::Pairs { dims: vec![(0, 1)] };
+        let e = layer_head_energy(&[(q, k)], 2, 2, 1, 2, &map);
         // head 0: (1·2 + 9·2)/2 = 10; head 1: (4·2 + 16·2)/2 = 20.
         assert_eq!(e, vec![vec![vec![10.0], vec![20.0]]]);
     }

@@ -28,6 +28,10 @@ pub struct RunRecord {
     pub variant: String,
     /// `dep_width` (B for the block task).
     pub block_len: i64,
+    /// RoPE base.
+    pub rope_base: f64,
+    /// Training context length, tokens.
+    pub seq_len: i64,
     /// Seed.
     pub seed: i64,
     /// Final accuracy (iGSM: generated-answer accuracy).
@@ -100,6 +104,7 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
             s("task"),
         );
         let stop = s("stop");
+        let (base, len) = (f("rope_base"), i("seq_len"));
         let (bl, seed, pl, wmi, sd, cs) = (
             i("dep_width"),
             i("seed"),
@@ -126,6 +131,8 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
                     Some(other) => other.to_string(),
                 },
                 block_len: bl[r].unwrap_or(0),
+                rope_base: base[r].unwrap_or(0.0),
+                seq_len: len[r].unwrap_or(0),
                 seed: seed[r].unwrap_or(0),
                 // iGSM: the generated-answer accuracy (teacher-forced answer tokens are a copy).
                 acc: answer[r].or(acc[r]),
@@ -254,19 +261,39 @@ fn theta_of(r: &RunRecord, pooling: &str) -> Option<f64> {
 /// in print order. NoPE is the control and TAPA's frequencies are per token pair (see
 /// `probe`), so neither is fitted.
 pub fn fits(sweep: &str, preset: &str, done: &[&RunRecord]) -> Vec<FitRow> {
-    let mut groups: BTreeMap<(String, String), Vec<&RunRecord>> = BTreeMap::new();
+    // Groups: encoding × variant, and × rope_base × seq_len when the sweep varies them
+    // (sweeps/base-vs-width.toml); the label then names them, e.g. `rope/copy base=100 L=512`.
+    let distinct = |f: &dyn Fn(&RunRecord) -> String| {
+        done.iter()
+            .map(|r| f(r))
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            > 1
+    };
+    let (by_base, by_len) = (
+        distinct(&|r| format!("{}", r.rope_base)),
+        distinct(&|r| r.seq_len.to_string()),
+    );
+    let mut groups: BTreeMap<(String, String, String), Vec<&RunRecord>> = BTreeMap::new();
     for r in done {
         let encoding: Option<Encoding> = serde_json::from_value(serde_json::json!(r.encoding)).ok();
         if encoding.is_some_and(Encoding::is_rotary) {
+            let mut setting = String::new();
+            if by_base {
+                setting.push_str(&format!(" base={}", r.rope_base));
+            }
+            if by_len {
+                setting.push_str(&format!(" L={}", r.seq_len));
+            }
             groups
-                .entry((r.encoding.clone(), r.variant.clone()))
+                .entry((r.encoding.clone(), r.variant.clone(), setting))
                 .or_default()
                 .push(r);
         }
     }
     let mut out = Vec::new();
     for width_source in ["dep_width", "mi"] {
-        for ((enc, var), runs) in &groups {
+        for ((enc, var, setting), runs) in &groups {
             for pooling in poolings(runs) {
                 let pts: Vec<FitPoint> = runs
                     .iter()
@@ -286,7 +313,7 @@ pub fn fits(sweep: &str, preset: &str, done: &[&RunRecord]) -> Vec<FitRow> {
                     out.push(FitRow {
                         sweep: sweep.to_string(),
                         preset: preset.to_string(),
-                        group: format!("{enc}/{var}"),
+                        group: format!("{enc}/{var}{setting}"),
                         encoding: enc.clone(),
                         variant: var.clone(),
                         width_source: width_source.to_string(),
@@ -587,6 +614,8 @@ mod tests {
             encoding: "rope".into(),
             variant: "copy".into(),
             block_len: b,
+            rope_base: 10000.0,
+            seq_len: 128,
             seed,
             acc: Some(1.0),
             theta: Some((theta_l0 * theta_l1).sqrt()),
@@ -606,6 +635,32 @@ mod tests {
                 far: Some((0.85, 0.2)),
             },
         }
+    }
+
+    /// A sweep that varies rope_base or seq_len (base-vs-width) is fitted per setting, and the
+    /// group names it; a sweep that varies neither keeps the `encoding/variant` label.
+    #[test]
+    fn fits_are_grouped_by_base_and_length_when_the_sweep_varies_them() {
+        let mut runs: Vec<RunRecord> = Vec::new();
+        for (base, c) in [(100.0, 1.0), (1e6, 3.0)] {
+            for b in [4, 16, 64] {
+                let mut r = rec(0, b, c / b as f64, 0.01);
+                r.rope_base = base;
+                runs.push(r);
+            }
+        }
+        let done: Vec<&RunRecord> = runs.iter().collect();
+        let f = fits("base-vs-width", "quick", &done);
+        let pos: Vec<&FitRow> = f
+            .iter()
+            .filter(|r| r.pooling == "positional" && r.width_source == "dep_width")
+            .collect();
+        let groups: Vec<&str> = pos.iter().map(|r| r.group.as_str()).collect();
+        assert_eq!(groups, ["rope/copy base=100", "rope/copy base=1000000"]);
+        assert!((pos[0].fit.fit.c - 1.0).abs() < 1e-9 && (pos[1].fit.fit.c - 3.0).abs() < 1e-9);
+        assert!(pos.iter().all(|r| (r.fit.fit.beta - 1.0).abs() < 1e-9));
+        let one: Vec<&RunRecord> = runs[..3].iter().collect();
+        assert!(fits("x", "q", &one).iter().all(|r| r.group == "rope/copy"));
     }
 
     /// Layer 0 follows π/W exactly and layer 1 is flat: the positional and layer:0 fits give

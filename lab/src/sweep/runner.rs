@@ -22,7 +22,6 @@ use super::spec::{EvalSpec, PlannedRun, SpecError, SweepSpec};
 use crate::analysis::bands;
 use crate::config::RunConfig;
 use crate::eval::EvalRequest;
-use crate::model::Encoding;
 use crate::model::scaling::{RopeScaling, ScalingKind};
 use crate::results::tables::{
     FitRow, RunMeta, curves_table, fit_table, layers_table, runs_row, spectrum_table,
@@ -249,7 +248,7 @@ pub fn run_one(
         out.solution_valid = Some(g.solution_valid);
     }
     if cfg.task == crate::config::TaskKind::Block {
-        out.dep_width_mi = crate::mi::run_data_width(cfg);
+        out.dep_width_mi = cfg.data_width_mi();
     }
     if out.status == RunStatus::Done && !evals.is_empty() {
         run_evals(cfg, dir, backend, evals)?;
@@ -282,7 +281,7 @@ pub fn eval_requests(cfg: &RunConfig, evals: &[EvalSpec]) -> Vec<EvalRequest> {
                 .collect();
             overrides.extend(e.set.iter().map(|(k, v)| format!("{k}={v}")));
             // At s = 1 every scaling is the identity: evaluate once.
-            let scalings: Vec<ScalingKind> = if cfg.encoding == Encoding::Rope && s > 1 {
+            let scalings: Vec<ScalingKind> = if cfg.encoding.rope_scalable() && s > 1 {
                 e.scalings.clone()
             } else {
                 vec![ScalingKind::None]
@@ -301,7 +300,7 @@ pub fn eval_requests(cfg: &RunConfig, evals: &[EvalSpec]) -> Vec<EvalRequest> {
                     ablate: None,
                 });
             }
-            if cfg.encoding != Encoding::Rope {
+            if !cfg.encoding.rope_scalable() {
                 continue;
             }
             let theta = cfg.freq_grid();
@@ -836,6 +835,7 @@ pub fn collect_named(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Encoding;
 
     fn spec(toml_text: &str) -> Vec<EvalSpec> {
         #[derive(serde::Deserialize)]

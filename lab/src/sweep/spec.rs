@@ -38,6 +38,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::config::{FIELDS, RunConfig};
+pub use crate::hint::did_you_mean;
 use crate::model::scaling::ScalingKind;
 
 /// One `[[evals]]` entry: evaluations of every trained run at other context lengths.
@@ -205,32 +206,6 @@ pub struct PlannedRun {
     pub axes: Vec<(String, String)>,
     /// Evaluations to run after training (the preset's `[[evals]]`).
     pub evals: Vec<EvalSpec>,
-}
-
-/// Levenshtein distance (for "did you mean").
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur.push(sub.min(prev[j + 1] + 1).min(cur[j] + 1));
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
-/// `; did you mean `x`?` for the closest of `candidates` (within distance 3), else empty.
-pub fn did_you_mean<'a>(key: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
-    candidates
-        .into_iter()
-        .map(|c| (edit_distance(key, c), c))
-        .filter(|(d, _)| *d <= 3)
-        .min()
-        .map(|(_, c)| format!("; did you mean `{c}`?"))
-        .unwrap_or_default()
 }
 
 /// serde's "unknown field `x`, expected one of `a`, `b`" and "unknown variant `x`, expected
@@ -696,12 +671,5 @@ grid = { block_len = [4] }
         );
         assert!(err.ends_with("; did you mean `rope`?"), "{err}");
         assert_eq!(hint_unknown("invalid type: string"), "invalid type: string");
-    }
-
-    #[test]
-    fn distance() {
-        assert_eq!(edit_distance("blok_len", "block_len"), 1);
-        assert_eq!(edit_distance("", "ab"), 2);
-        assert_eq!(did_you_mean("zzzzzzzz", ["seed"]), "");
     }
 }
