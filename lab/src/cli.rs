@@ -36,7 +36,7 @@ pub enum Cmd {
         /// List the available sweeps and their presets.
         #[arg(long)]
         list: bool,
-        /// Preset: smoke (under 2 min), quick (≤ 20 min on 2 cores), full (GPU scale). Default: the file's default_preset.
+        /// Preset, one of the sweep file's [presets.*] (`lab sweep --list` shows each sweep's, e.g. smoke: a pipeline check; quick: minutes on 2 cores; full: GPU scale). Default: the file's default_preset.
         #[arg(long)]
         preset: Option<String>,
         /// Output folder [default: results/<NAME>].
@@ -94,9 +94,9 @@ pub enum Cmd {
         /// Task parameter, key=value (repeatable). block: variant, vocab_size, seq_len, block_len, noise; indirect: min_letters, max_letters, max_shift, seq_len; igsm: ops, distractors, alphabet, name_len, eval_fraction, seq_len; needle: seq_len, depth (null = random), key_len, value_len, haystack (noise|pairs).
         #[arg(long = "param", value_name = "KEY=VALUE")]
         params: Vec<String>,
-        /// Number of examples.
-        #[arg(long, default_value_t = 5)]
-        n: usize,
+        /// Number of examples (1..=1000000).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        n: u32,
         /// Seed.
         #[arg(long, default_value_t = 0)]
         seed: u64,
@@ -157,44 +157,7 @@ pub enum Cmd {
     #[command(
         after_help = "Examples:\n  lab mi --corpus shakespeare --granularity word --max-lag 256\n  lab mi --input notes.txt --granularity bpe-512\n  lab mi --task block --param variant=copy --param block_len=8 --max-lag 32\n  lab mi --corpus ecoli --format parquet --out results/mi-ecoli"
     )]
-    Mi {
-        /// Corpus from the data folder: shakespeare, ecoli, chorales (`make data` fetches them).
-        #[arg(long, group = "source")]
-        corpus: Option<String>,
-        /// A UTF-8 text file.
-        #[arg(long, group = "source")]
-        input: Option<PathBuf>,
-        /// A task (block, indirect, igsm, needle), profiled as the model sees it.
-        #[arg(long, group = "source")]
-        task: Option<String>,
-        /// Task parameter, key=value (repeatable; as `lab gen`).
-        #[arg(long = "param", value_name = "KEY=VALUE", requires = "task")]
-        params: Vec<String>,
-        /// Granularity: byte, char, word, kmer-K, bpe-V (text); token, frame (chorales); token (tasks).
-        #[arg(long)]
-        granularity: Option<String>,
-        /// Largest lag R, tokens.
-        #[arg(long, default_value_t = 256)]
-        max_lag: usize,
-        /// Entropy estimator: miller-madow, grassberger or plug-in.
-        #[arg(long, default_value = "miller-madow")]
-        estimator: String,
-        /// Task examples to profile (train split).
-        #[arg(long, default_value_t = 2000)]
-        n_examples: usize,
-        /// Seed (shuffled baseline; task examples).
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = MiFormat::Csv)]
-        format: MiFormat,
-        /// Folder for the Parquet tables [default: results/mi].
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// Data folder.
-        #[arg(long, default_value = "data")]
-        data_dir: PathBuf,
-    },
+    Mi(MiArgs),
     /// The law's recommendation for a corpus: its MI width W next to the θ_eff of models trained
     /// on it, θ* = π/W, the RoPE base that puts the rotary range on W, and the PI factor.
     #[command(
@@ -499,4 +462,101 @@ pub fn error_line(e: &anyhow::Error) -> String {
         }
     }
     msg.replace('\n', " ")
+}
+
+/// Parse the command line. Help and version go to stdout as clap prints them; any other parse
+/// error is one line on stderr (`error: invalid value '-1' for '--n <N>': …`) and exit code 2,
+/// like the library's errors.
+pub fn parse() -> Result<Cli, String> {
+    match Cli::try_parse() {
+        Ok(cli) => Ok(cli),
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                e.exit();
+            }
+            let rendered = e.to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            Err(format!("{first} (lab --help for usage)"))
+        }
+    }
+}
+
+/// `lab mi` arguments.
+#[derive(clap::Args)]
+pub struct MiArgs {
+    /// Corpus from the data folder: shakespeare, ecoli, chorales (`make data` fetches them).
+    #[arg(long, group = "source")]
+    pub corpus: Option<String>,
+    /// A UTF-8 text file.
+    #[arg(long, group = "source")]
+    pub input: Option<PathBuf>,
+    /// A task (block, indirect, igsm, needle), profiled as the model sees it.
+    #[arg(long, group = "source")]
+    pub task: Option<String>,
+    /// Task parameter, key=value (repeatable; as `lab gen`).
+    #[arg(long = "param", value_name = "KEY=VALUE", requires = "task")]
+    pub params: Vec<String>,
+    /// Granularity: byte, char, word, kmer-K, bpe-V (text); token, frame (chorales); token (tasks).
+    #[arg(long)]
+    pub granularity: Option<String>,
+    /// Largest lag R, tokens [default: 256; a task: 256 or its seq_len − 1 if shorter].
+    #[arg(long)]
+    pub max_lag: Option<usize>,
+    /// Entropy estimator: miller-madow, grassberger or plug-in.
+    #[arg(long, default_value = "miller-madow")]
+    pub estimator: String,
+    /// Task examples to profile (train split; 1..=1000000).
+    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub n_examples: u32,
+    /// Seed (shuffled baseline; task examples).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = MiFormat::Csv)]
+    pub format: MiFormat,
+    /// Folder for the Parquet tables [default: results/mi].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Data folder.
+    #[arg(long, default_value = "data")]
+    pub data_dir: PathBuf,
+}
+
+impl MiArgs {
+    /// The profile to compute, and the folder for Parquet tables (`--format parquet`).
+    pub fn request(self) -> anyhow::Result<(lab::mi::MiRequest, Option<PathBuf>)> {
+        if self.max_lag == Some(0) {
+            anyhow::bail!("--max-lag = 0 is out of range: must be ≥ 1");
+        }
+        let task = self.task.is_some();
+        let config = lab::tasks::mi::MiConfig {
+            // 0: a task's lags up to 256 (lab::mi::compute)
+            max_lag: self.max_lag.unwrap_or(if task { 0 } else { 256 }),
+            estimator: lab::tasks::mi::Estimator::parse(&self.estimator)?,
+            seed: self.seed,
+            ..Default::default()
+        };
+        let n = self.n_examples as usize;
+        let source =
+            lab::mi::MiSource::from_options(self.corpus, self.input, self.task, self.params, n)?;
+        let dir = (self.format == MiFormat::Parquet).then(|| {
+            self.out
+                .unwrap_or_else(|| PathBuf::from("results").join("mi"))
+        });
+        let req = lab::mi::MiRequest {
+            source,
+            granularity: self.granularity,
+            config,
+            data_dir: self.data_dir,
+            label: None,
+        };
+        Ok((req, dir))
+    }
 }

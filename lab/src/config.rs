@@ -438,6 +438,21 @@ fn is_default_rope_p(v: &f64) -> bool {
     *v == 1.0
 }
 
+/// A [`RunConfig`] from a TOML table (a sweep's resolved run, or a run config after `--set`).
+///
+/// # Errors
+/// One line naming the field: `steps: invalid type: string "four", expected usize`, or serde's
+/// unknown-field message with the closest field name appended.
+pub fn from_toml(table: toml::Table) -> Result<RunConfig, String> {
+    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+        let message = crate::hint::hint_unknown(e.inner().message());
+        match e.path().to_string().as_str() {
+            "." | "" => message,
+            path => format!("{path}: {message}"),
+        }
+    })
+}
+
 impl RunConfig {
     /// Check every field; the first violation is returned as a one-line [`ConfigError`].
     pub fn validate(&self) -> Result<(), ConfigError> {
@@ -457,7 +472,7 @@ impl RunConfig {
             Ok(())
         }
         range("vocab_size", self.vocab_size, 2, 1 << 20)?;
-        range("seq_len", self.seq_len, 2, 1 << 16)?;
+        range("seq_len", self.seq_len, 2, tasks::MAX_SEQ_LEN)?;
         range("d_model", self.d_model, 2, 1 << 14)?;
         range("n_layers", self.n_layers, 1, 256)?;
         range("n_heads", self.n_heads, 1, self.d_model)?;

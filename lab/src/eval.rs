@@ -124,7 +124,32 @@ impl EvalOutcome {
     }
 }
 
-/// Apply `key=value` overrides to a config (values parsed as TOML scalars).
+/// The config fields an evaluation may change (`lab eval --set`, `[[evals]]` `set` and
+/// `scale_params`): the data's task parameters, how much of it is evaluated, and which (equal)
+/// implementation computes attention. Everything else is fixed by the trained model (its
+/// shape, encoding and vocabulary) or is about training only, and is refused by name instead of
+/// being recorded as if it had been applied.
+pub const EVAL_SETTABLE: &[&str] = &[
+    "variant",
+    "block_len",
+    "noise",
+    "min_letters",
+    "max_letters",
+    "max_shift",
+    "ops",
+    "distractors",
+    "needle_depth",
+    "key_len",
+    "value_len",
+    "haystack",
+    "eval_batches",
+    "batch_size",
+    "seed",
+    "attention",
+];
+
+/// Apply `key=value` overrides to a config (values parsed as TOML scalars); only
+/// [`EVAL_SETTABLE`] fields.
 pub fn apply_overrides(cfg: &RunConfig, overrides: &[String]) -> Result<RunConfig, EvalError> {
     let mut value = toml::Value::try_from(cfg).expect("config serialises to TOML");
     let table = value.as_table_mut().expect("config is a table");
@@ -139,16 +164,23 @@ pub fn apply_overrides(cfg: &RunConfig, overrides: &[String]) -> Result<RunConfi
                 crate::hint::did_you_mean(k, crate::config::FIELDS.iter().copied())
             )));
         }
+        if !EVAL_SETTABLE.contains(&k) {
+            return Err(EvalError::Override(format!(
+                "{o}: `{k}` is fixed by the trained model and cannot change at evaluation; \
+                 --set changes the evaluation data only: {}",
+                EVAL_SETTABLE.join(", ")
+            )));
+        }
         let parsed: toml::Value = format!("x = {}", v.trim())
             .parse::<toml::Table>()
             .map(|mut t| t.remove("x").unwrap())
             .unwrap_or_else(|_| toml::Value::String(v.trim().to_string()));
         table.insert(k.to_string(), parsed);
     }
-    let out: RunConfig = value
-        .try_into()
-        .map_err(|e: toml::de::Error| EvalError::Override(e.message().replace('\n', " ")))?;
-    Ok(out)
+    let toml::Value::Table(table) = value else {
+        unreachable!("config is a table")
+    };
+    crate::config::from_toml(table).map_err(EvalError::Override)
 }
 
 /// Evaluate the checkpoint at `path` (see module docs) and write its `evals` row.

@@ -29,6 +29,20 @@ pub enum GenError {
     Task(#[from] tasks::TaskError),
 }
 
+use tasks::MAX_SEQ_LEN;
+
+/// The task config from its parameters, or one line naming the bad one
+/// (`block_len: invalid type: string "abc", expected usize`).
+fn typed<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(params).map_err(|e| {
+        let message = crate::hint::hint_unknown(&e.inner().to_string());
+        match e.path().to_string().as_str() {
+            "." | "" => message,
+            path => format!("{path}: {message}"),
+        }
+    })
+}
+
 /// Task names `lab gen` knows.
 pub const TASKS: &[&str] = &["block", "indirect", "igsm", "needle"];
 
@@ -65,6 +79,15 @@ fn with_params(task: &str, params: &[String]) -> Result<Value, GenError> {
             .unwrap_or(Value::String(val.trim().to_string()));
         obj.insert(k.to_string(), parsed);
     }
+    // The same bound as a run's `seq_len` (lab::config): a larger context is refused before
+    // anything is allocated.
+    if let Some(l) = obj.get("seq_len").and_then(Value::as_u64)
+        && !(2..=MAX_SEQ_LEN as u64).contains(&l)
+    {
+        return Err(GenError::Param(format!(
+            "seq_len={l}: seq_len = {l} is out of range: must be in 2..={MAX_SEQ_LEN}"
+        )));
+    }
     Ok(v)
 }
 
@@ -81,22 +104,22 @@ pub fn task_examples(
     split: Split,
 ) -> Result<Vec<tasks::Example>, GenError> {
     let p = with_params(task, params)?;
-    let bad = |e: serde_json::Error| GenError::Param(e.to_string());
+    let bad = |e: String| GenError::Param(e);
     Ok(match task {
         "block" => {
-            let cfg: BlockConfig = serde_json::from_value(p).map_err(bad)?;
+            let cfg: BlockConfig = typed(p).map_err(bad)?;
             cfg.batch(seed, split, 0, n)?
         }
         "indirect" => {
-            let cfg: IndirectConfig = serde_json::from_value(p).map_err(bad)?;
+            let cfg: IndirectConfig = typed(p).map_err(bad)?;
             cfg.batch(seed, split, 0, n)?
         }
         "igsm" => {
-            let cfg: IgsmConfig = serde_json::from_value(p).map_err(bad)?;
+            let cfg: IgsmConfig = typed(p).map_err(bad)?;
             cfg.batch(seed, split, 0, n)?
         }
         "needle" => {
-            let cfg: NeedleConfig = serde_json::from_value(p).map_err(bad)?;
+            let cfg: NeedleConfig = typed(p).map_err(bad)?;
             cfg.batch(seed, split, 0, n)?
         }
         other => return Err(GenError::UnknownTask(other.to_string())),
@@ -112,11 +135,11 @@ pub fn gen_lines(
     split: Split,
 ) -> Result<Vec<String>, GenError> {
     let p = with_params(task, params)?;
-    let bad = |e: serde_json::Error| GenError::Param(e.to_string());
+    let bad = |e: String| GenError::Param(e);
     let mut out = Vec::with_capacity(n);
     match task {
         "block" => {
-            let cfg: BlockConfig = serde_json::from_value(p.clone()).map_err(bad)?;
+            let cfg: BlockConfig = typed(p.clone()).map_err(bad)?;
             cfg.validate()?;
             for (i, ex) in cfg.batch(seed, split, 0, n)?.into_iter().enumerate() {
                 let mut line = json!({"task": "block", "index": i, "seed": seed,
@@ -126,7 +149,7 @@ pub fn gen_lines(
             }
         }
         "indirect" => {
-            let cfg: IndirectConfig = serde_json::from_value(p.clone()).map_err(bad)?;
+            let cfg: IndirectConfig = typed(p.clone()).map_err(bad)?;
             cfg.validate()?;
             for i in 0..n {
                 let s = cfg.sample(seed, split, i as u64)?;
@@ -140,7 +163,7 @@ pub fn gen_lines(
             }
         }
         "igsm" => {
-            let cfg: IgsmConfig = serde_json::from_value(p.clone()).map_err(bad)?;
+            let cfg: IgsmConfig = typed(p.clone()).map_err(bad)?;
             cfg.validate()?;
             for i in 0..n {
                 let problem = cfg.sample(seed, split, i as u64)?;
@@ -157,7 +180,7 @@ pub fn gen_lines(
             }
         }
         "needle" => {
-            let cfg: NeedleConfig = serde_json::from_value(p.clone()).map_err(bad)?;
+            let cfg: NeedleConfig = typed(p.clone()).map_err(bad)?;
             cfg.validate()?;
             for i in 0..n {
                 let s = cfg.sample(seed, split, i as u64)?;
@@ -236,6 +259,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("block_len = 99 is out of range"), "{e}");
+        // Type errors name the parameter (issue 16).
+        let e = gen_lines("block", &["block_len=abc".into()], 1, 0, Split::Train)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "--param block_len: invalid type: string \"abc\", expected usize"
+        );
+        // A context longer than a run's is refused before anything is allocated (issue 16).
+        let e = gen_lines("block", &["seq_len=99999999999".into()], 1, 0, Split::Train)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "--param seq_len=99999999999: seq_len = 99999999999 is out of range: must be in 2..=65536"
+        );
     }
 
     #[test]
@@ -302,6 +341,9 @@ mod tests {
         let e = gen_lines("needle", &["haystack=hay".into()], 1, 0, Split::Train)
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with("--param unknown variant `hay`"), "{e}");
+        assert!(
+            e.starts_with("--param haystack: unknown variant `hay`, expected `noise` or `pairs`"),
+            "{e}"
+        );
     }
 }

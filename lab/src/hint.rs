@@ -27,6 +27,30 @@ pub fn did_you_mean<'a>(key: &str, candidates: impl IntoIterator<Item = &'a str>
         .unwrap_or_default()
 }
 
+/// serde's "unknown field `x`, expected one of `a`, `b`" and "unknown variant `x`, expected
+/// ..." messages, with the closest expected name appended (`; did you mean `a`?`); other
+/// messages unchanged. Newlines become spaces (one line).
+pub fn hint_unknown(message: &str) -> String {
+    let message = message.replace('\n', " ");
+    let message = message.trim_end();
+    let Some(rest) = message
+        .strip_prefix("unknown field `")
+        .or_else(|| message.strip_prefix("unknown variant `"))
+    else {
+        return message.to_string();
+    };
+    let Some((key, tail)) = rest.split_once('`') else {
+        return message.to_string();
+    };
+    let candidates: Vec<&str> = tail
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|c| !c.is_empty())
+        .collect();
+    format!("{message}{}", did_you_mean(key, candidates))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

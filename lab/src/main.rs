@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use clap::Parser;
 use cli::*;
 use lab::model::scaling::scaled_inv_freq;
 use lab::results::tables::RunMeta;
@@ -17,7 +16,14 @@ use lab::sweep::{self, SweepOptions};
 
 fn main() -> ExitCode {
     cli::init_process();
-    match run(Cli::parse()) {
+    let cli = match cli::parse() {
+        Ok(cli) => cli,
+        Err(line) => {
+            eprintln!("error: {line}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {}", cli::error_line(&e));
@@ -83,7 +89,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let report = sweep::run_sweep(&spec, &opts)?;
             println!("\n{}", report.summary);
             println!("{}", report.closing_lines(&opts.out_dir));
-            Ok(ok(report.failed == 0 && report.interrupted == 0))
+            Ok(ok(report.failed == 0
+                && report.interrupted == 0
+                && !report.stopped_by_signal))
         }
         Cmd::Plot {
             sweep: name,
@@ -152,7 +160,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 SplitArg::Train => lab::tasks::Split::Train,
                 SplitArg::Eval => lab::tasks::Split::Eval,
             };
-            for line in lab::generate::gen_lines(&task, &params, n, seed, split)? {
+            for line in lab::generate::gen_lines(&task, &params, n as usize, seed, split)? {
                 println!("{line}");
             }
             Ok(ExitCode::SUCCESS)
@@ -186,36 +194,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("{}", out.json(&req));
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Mi {
-            corpus,
-            input,
-            task,
-            params,
-            granularity,
-            max_lag,
-            estimator,
-            n_examples,
-            seed,
-            format,
-            out,
-            data_dir,
-        } => {
-            let config = lab::tasks::mi::MiConfig {
-                max_lag,
-                estimator: lab::tasks::mi::Estimator::parse(&estimator)?,
-                seed,
-                ..Default::default()
-            };
-            let source = lab::mi::MiSource::from_options(corpus, input, task, params, n_examples)?;
-            let req = lab::mi::MiRequest {
-                source,
-                granularity,
-                config,
-                data_dir,
-                label: None,
-            };
-            let dir = (format == MiFormat::Parquet)
-                .then(|| out.unwrap_or_else(|| PathBuf::from("results").join("mi")));
+        Cmd::Mi(args) => {
+            let (req, dir) = args.request()?;
             let (summary, output) = lab::mi::profile_command(&req, dir.as_deref())?;
             eprint!("{summary}");
             print!("{output}");

@@ -221,7 +221,14 @@ pub fn compute(req: &MiRequest) -> Result<MiResult, MiError> {
                 req.config.seed,
                 Split::Train,
             )?;
-            let p = profile_examples(&ex, &req.config)?;
+            // `max_lag = 0` (`lab mi --task` without --max-lag): lags up to 256, or every lag
+            // the examples have when they are shorter.
+            let mut config = req.config.clone();
+            if config.max_lag == 0 {
+                let seq_len = ex.iter().map(|e| e.input.len()).max().unwrap_or(0);
+                config.max_lag = seq_len.saturating_sub(1).clamp(1, 256);
+            }
+            let p = profile_examples(&ex, &config)?;
             let (v, n) = (p.vocab_size, p.n_tokens);
             (p, v, n, 1.0)
         }
@@ -760,8 +767,14 @@ pub fn run_mi_sweep_file(
     let t0 = std::time::Instant::now();
     let report = run_mi_sweep(&reqs, &out_dir, &mut |r| {
         eprintln!(
-            "{} {}: {} tokens, W = {:?}, {:.1} s",
-            r.corpus, r.granularity, r.n_tokens, r.profile.dep_width, r.wall_time_s
+            "{} {}: {} tokens, W = {}, {:.1} s",
+            r.corpus,
+            r.granularity,
+            r.n_tokens,
+            r.profile
+                .dep_width
+                .map_or("none (no significant lag)".to_string(), |w| w.to_string()),
+            r.wall_time_s
         )
     })?;
     let mut text = format!("\n{}\n", summary_lines(&report.results));

@@ -377,6 +377,35 @@ mod tests {
         d
     }
 
+    /// Tables re-saved by Polars (zstd, its default) or pyarrow with lz4 read back: the
+    /// codecs are compiled in (issue 16).
+    #[test]
+    fn zstd_and_lz4_tables_read_back() {
+        use parquet::basic::ZstdLevel;
+        let dir = tmpdir("codecs");
+        let batch = TableBuilder::new(2)
+            .str("run_id", vec!["a".into(), "b".into()])
+            .f64("x", vec![0.25, 4.0])
+            .build();
+        for (name, codec) in [
+            ("zstd", Compression::ZSTD(ZstdLevel::default())),
+            ("lz4", Compression::LZ4_RAW),
+        ] {
+            let path = dir.join(format!("{name}.parquet"));
+            let props = WriterProperties::builder().set_compression(codec).build();
+            let mut w =
+                ArrowWriter::try_new(File::create(&path).unwrap(), batch.schema(), Some(props))
+                    .unwrap();
+            w.write(&batch).unwrap();
+            w.close().unwrap();
+            let (_, batches) = read_parquet(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(
+                column::floats(&batches[0], "x"),
+                vec![Some(0.25), Some(4.0)]
+            );
+        }
+    }
+
     #[test]
     fn roundtrip_and_merge() {
         let dir = tmpdir("roundtrip");

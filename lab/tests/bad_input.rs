@@ -115,7 +115,7 @@ fn unknown_key_suggests_the_closest_valid_key() {
     assert_eq!(
         err,
         format!(
-            "error: {}: preset smoke, block_len = 4, variant = copy, encoding = rope, seed = 0: unknown variant `adjacnt`, expected `adjacent` or `rotate-half`; did you mean `adjacent`?",
+            "error: {}: preset smoke, block_len = 4, variant = copy, encoding = rope, seed = 0: pair_layout: unknown variant `adjacnt`, expected `adjacent` or `rotate-half`; did you mean `adjacent`?",
             f.display()
         )
     );
@@ -376,4 +376,109 @@ fn rope_freqs_negative_factor_and_seq_len_alias() {
     let help = text(&lab().arg("--help").output().unwrap()).0;
     assert!(help.contains("PoPE, TAPA, p-RoPE"), "{help}");
     assert!(!help.contains("RoPE (or NoPE)"), "{help}");
+}
+
+/// A value of the wrong type names its field (issue 16), in a sweep file as on `lab gen`.
+#[test]
+fn type_errors_name_the_field() {
+    let dir = tmp("types");
+    let f = edited_sweep(&dir, "steps.toml", "steps = 300\n", "steps = \"four\"\n");
+    let err = one_line_error(&f, "fixed300", &dir.join("out"));
+    assert!(
+        err.ends_with("steps: invalid type: string \"four\", expected usize"),
+        "{err}"
+    );
+    let o = lab()
+        .args(["gen", "block", "--param", "noise=lots", "--n", "1"])
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(
+        stderr.trim_end(),
+        "error: --param noise: invalid type: string \"lots\", expected f64"
+    );
+}
+
+/// An `[[evals]]` length beyond a run's bound, or a `set` of a field an evaluation cannot
+/// change, is refused when the sweep is planned, before anything trains (issue 16).
+#[test]
+fn evals_are_checked_at_plan_time() {
+    let dir = tmp("evals-plan");
+    let f = edited_sweep(
+        &dir,
+        "long.toml",
+        "length_factors = [1]",
+        "length_factors = [1, 1000000]",
+    );
+    let err = one_line_error(&f, "fixed300", &dir.join("out"));
+    assert!(
+        err.ends_with(
+            "[[evals]] `ablation`: length factor 1000000 gives seq_len = 128000000 for this run; must be in 1..=512 (seq_len·s ≤ 65536)"
+        ),
+        "{err}"
+    );
+    let f = edited_sweep(
+        &dir,
+        "set.toml",
+        "ablate = [\"law\", \"far\"]",
+        "ablate = [\"law\", \"far\"]\nset = { d_model = 32 }",
+    );
+    let err = one_line_error(&f, "fixed300", &dir.join("out"));
+    assert!(
+        err.contains("[[evals]] `ablation`: `d_model` cannot change at evaluation"),
+        "{err}"
+    );
+}
+
+/// `lab eval --set` refuses what the trained model fixes, by name, instead of recording an
+/// evaluation as if the change had been applied (issue 16).
+#[test]
+fn eval_set_refuses_fields_the_model_fixes() {
+    let text = std::fs::read_to_string(repo_root().join("sweeps/block-width.toml")).unwrap();
+    let spec =
+        lab::sweep::SweepSpec::parse(std::path::Path::new("block-width.toml"), &text).unwrap();
+    let cfg = spec.expand("smoke").unwrap().remove(0).config;
+    for key in [
+        "d_model=64",
+        "n_heads=4",
+        "vocab_size=1000",
+        "encoding=\"nope\"",
+        "n_layers=3",
+    ] {
+        let err = lab::eval::apply_overrides(&cfg, &[key.to_string()])
+            .unwrap_err()
+            .to_string();
+        let field = key.split('=').next().unwrap();
+        assert!(
+            err.starts_with(&format!(
+                "--set {key}: `{field}` is fixed by the trained model and cannot change at evaluation"
+            )),
+            "{err}"
+        );
+    }
+    let ok = lab::eval::apply_overrides(&cfg, &["block_len=8".to_string()]).unwrap();
+    assert_eq!(ok.block_len, 8);
+}
+
+/// `lab mi --task` without --max-lag profiles every lag of the task's examples (it failed with
+/// the corpus default of 256 before, issue 16).
+#[test]
+fn mi_task_default_max_lag_fits_the_task() {
+    let o = lab()
+        .args([
+            "mi",
+            "--task",
+            "block",
+            "--param",
+            "block_len=4",
+            "--n-examples",
+            "200",
+        ])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    // block's default seq_len is 32: lags 1..=31, one CSV row each after the header.
+    assert_eq!(stdout.lines().count(), 1 + 31, "{stdout}");
 }

@@ -221,7 +221,7 @@ fn law_figure_has_a_group_per_layer_and_the_positional_one() {
         .build();
     let fig = data::law_figure(
         &runs,
-        Some(&Table::from_batches("layers", vec![layers])),
+        Some(&Table::from_batches("layers", vec![layers.clone()])),
         Some(&Table::from_batches("fit", vec![fit])),
     )
     .unwrap();
@@ -245,6 +245,30 @@ fn law_figure_has_a_group_per_layer_and_the_positional_one() {
         (pos.beta, pos.c, pos.beta_ci),
         (0.99, 3.0, Some((0.9, 1.1)))
     );
+    // A fit of one seed has no interval to show (issue 16), as the sweep's summary says.
+    let fit1 = TableBuilder::new(1)
+        .str("group", s(&["rope/copy"]))
+        .str("pooling", s(&["positional"]))
+        .str("width_source", s(&["dep_width"]))
+        .f64("beta", vec![0.99])
+        .f64("c", vec![3.0])
+        .f64("r2", vec![0.98])
+        .f64("beta_ci_low", vec![0.99])
+        .f64("beta_ci_high", vec![0.99])
+        .i64("n_seeds", vec![1])
+        .build();
+    let fig = data::law_figure(
+        &runs,
+        Some(&Table::from_batches("layers", vec![layers])),
+        Some(&Table::from_batches("fit", vec![fit1])),
+    )
+    .unwrap();
+    let pos = fig
+        .groups
+        .iter()
+        .find(|g| g.group.ends_with("positional"))
+        .unwrap();
+    assert_eq!((pos.beta, pos.beta_ci), (0.99, None));
 }
 
 #[test]
@@ -799,4 +823,96 @@ fn length_curves_per_corpus_use_only_that_corpus() {
         3,
         "no filter: both corpora"
     );
+}
+
+/// `lab plot NAME` on another sweep's folder is refused by name instead of drawing NAME's
+/// figures from the wrong runs (issue 16: igsm-ops on a block-width folder spun forever,
+/// indirect-indexing drew a wrong figure); a sweep file without figures of its own passes.
+#[test]
+fn plot_refuses_another_sweeps_results() {
+    let dir = tmp("wrong-sweep");
+    let runs = |sweep: &str| {
+        TableBuilder::new(1)
+            .str("run_id", vec!["a".into()])
+            .str("sweep", vec![sweep.into()])
+            .str("status", vec!["done".into()])
+            .build()
+    };
+    write_batch(&dir.join("runs.parquet"), &runs("block-width")).unwrap();
+    for wanted in ["igsm-ops", "indirect-indexing"] {
+        let err = plot_sweep(wanted, &dir, &dir.join("figures")).unwrap_err();
+        assert!(matches!(err, PlotError::WrongSweep { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{} holds runs of sweep block-width, not {wanted}: pass the folder of a {wanted} sweep with --results (default results/{wanted})",
+                dir.display()
+            )
+        );
+    }
+    assert!(!dir.join("figures").exists(), "nothing drawn");
+    // A new experiment's own sweep name: not refused by this check (it fails later, on the
+    // missing tables of this synthetic folder, not on the sweep name).
+    write_batch(&dir.join("runs.parquet"), &runs("my-encodings")).unwrap();
+    let err = plot_sweep("block-width", &dir, &dir.join("figures")).unwrap_err();
+    assert!(!matches!(err, PlotError::WrongSweep { .. }), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Axis ranges from degenerate data (no point, one point, NaN, infinities) are drawable: the
+/// figure is written instead of plotters spinning on its key points (issue 16).
+#[test]
+fn degenerate_data_draws_instead_of_hanging() {
+    use lab::plot::draw::{LinePanel, LinesPlot, safe_range};
+    assert_eq!(
+        safe_range(f64::INFINITY, f64::NEG_INFINITY, (0.0, 1.0)),
+        (0.0, 1.0)
+    );
+    assert_eq!(safe_range(f64::NAN, 2.0, (0.0, 1.0)), (0.0, 1.0));
+    assert_eq!(safe_range(4.0, 4.0, (0.0, 1.0)), (2.0, 6.0));
+    assert_eq!(safe_range(0.0, 0.0, (0.0, 1.0)), (-0.5, 0.5));
+    assert_eq!(safe_range(1.0, 3.0, (0.0, 1.0)), (1.0, 3.0));
+    if lab::plot::find_font().is_none() {
+        panic!("no font: install fonts-dejavu-core (the CI script does) or set LAB_FONT");
+    }
+    let dir = tmp("degenerate");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = dir.clone();
+    std::thread::spawn(move || {
+        let stat = |v: f64| data::Stat::of(vec![v]).unwrap();
+        let panel = |points: Vec<(f64, data::Stat)>, log2_x| LinePanel {
+            title: "t".into(),
+            x_desc: "x".into(),
+            y_desc: "y".into(),
+            curves: vec![data::Curve {
+                label: "rope".into(),
+                points,
+            }],
+            log2_x,
+            percent_y: false,
+            vlines: vec![],
+            legend: None,
+        };
+        let fig = LinesPlot {
+            title: "degenerate".into(),
+            panels: vec![
+                panel(vec![], false),
+                panel(vec![(64.0, stat(0.5))], true),
+                panel(
+                    vec![(1.0, stat(f64::NAN)), (2.0, stat(f64::INFINITY))],
+                    false,
+                ),
+                panel(vec![(0.0, stat(1.0)), (0.0, stat(1.0))], true),
+            ],
+            note: String::new(),
+        };
+        lab::plot::register_font().unwrap();
+        tx.send(lab::plot::save(&fig, &out, "degenerate").map(|w| w.len()))
+            .unwrap();
+    });
+    let written = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("drawing degenerate data did not finish in 60 s");
+    assert_eq!(written.unwrap(), 2);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -383,3 +383,72 @@ fn emit_slurm_writes_the_job_array() {
     assert!(!out.join("runs").exists(), "nothing ran");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Ctrl-C (SIGINT to the sweep process) stops the sweep with one line saying how far it got
+/// and how to resume, exit status 1 (issue 16); the same command then finishes the rest.
+#[test]
+fn ctrl_c_says_how_far_it_got_and_how_to_resume() {
+    let out = tmp("ctrl-c");
+    let child = lab()
+        .args([
+            "sweep",
+            "block-width",
+            "--preset",
+            "smoke",
+            "--no-progress",
+            "--jobs",
+            "1",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    // Wait for the first finished run, then interrupt the sweep process only.
+    let t0 = std::time::Instant::now();
+    while std::fs::read_dir(out.join("runs"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().join("runs.parquet").is_file())
+                .count()
+        })
+        .unwrap_or(0)
+        == 0
+    {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no run finished");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(s.success());
+    let o = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("interrupted: "))
+        .unwrap_or_else(|| panic!("no interruption line in:\n{stdout}"));
+    let done: usize = line["interrupted: ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (1..20).contains(&done)
+            && line.ends_with(" of 20 runs done; run the same command to resume"),
+        "{line}"
+    );
+    let o = smoke(&out, &[]);
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(
+        text(&o).0.contains(&format!("{done} already finished")),
+        "{}",
+        text(&o).0
+    );
+    let _ = std::fs::remove_dir_all(&out);
+}

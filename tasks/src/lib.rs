@@ -51,6 +51,10 @@
 
 #![warn(missing_docs)]
 
+/// Longest context any generator is asked for (tokens): runs, evaluations, `lab gen` and
+/// `lab mi --task` all refuse a larger `seq_len` before allocating anything.
+pub const MAX_SEQ_LEN: usize = 1 << 16;
+
 pub mod block;
 pub mod corpus;
 pub mod granularity;

@@ -715,6 +715,14 @@ pub fn profile_stream(tokens: &[u32], cfg: &MiConfig) -> Result<MiProfile, TaskE
 /// [`TaskError::Invalid`] on `examples` if they are empty or have no scored position.
 pub fn profile_examples(examples: &[Example], cfg: &MiConfig) -> Result<MiProfile, TaskError> {
     let seq_len = examples.iter().map(|e| e.input.len()).max().unwrap_or(0);
+    // Lags within one example (input and target stream): at most its length.
+    if cfg.max_lag < 1 || cfg.max_lag > seq_len {
+        return Err(TaskError::out_of_range(
+            "max_lag",
+            cfg.max_lag,
+            format!("1..={seq_len} (the examples' seq_len)"),
+        ));
+    }
     cfg.validate(seq_len + 1)?;
     let scored: usize = examples.iter().map(|e| e.n_scored()).sum();
     if scored == 0 {
@@ -1173,6 +1181,28 @@ mod tests {
         (0..n)
             .map(|i| cfg.example(0, Split::Train, i).unwrap())
             .collect()
+    }
+
+    /// A lag longer than the examples names their length, not a token count (issue 16).
+    #[test]
+    fn example_lags_are_bounded_by_seq_len() {
+        let ex = block_examples(BlockVariant::Copy, 4, 10);
+        let seq_len = ex[0].input.len();
+        let cfg = |max_lag| MiConfig {
+            max_lag,
+            ..MiConfig::default()
+        };
+        let e = profile_examples(&ex, &cfg(seq_len + 1))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "max_lag = {} is out of range: must be in 1..={seq_len} (the examples' seq_len)",
+                seq_len + 1
+            )
+        );
+        assert!(profile_examples(&ex, &cfg(seq_len - 1)).is_ok());
     }
 
     #[test]

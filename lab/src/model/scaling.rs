@@ -38,6 +38,21 @@ pub enum ScalingKind {
     Llama3,
 }
 
+impl ScalingKind {
+    /// Name in configs, tables and on the command line (`none`, `linear`, `ntk`, `dynamic`,
+    /// `yarn`, `llama3`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ScalingKind::None => "none",
+            ScalingKind::Linear => "linear",
+            ScalingKind::Ntk => "ntk",
+            ScalingKind::Dynamic => "dynamic",
+            ScalingKind::Yarn => "yarn",
+            ScalingKind::Llama3 => "llama3",
+        }
+    }
+}
+
 /// Parameters of a scaling (the Hugging Face `rope_scaling` dictionary, flattened).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RopeScaling {
@@ -229,6 +244,23 @@ pub fn scaled_inv_freq(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scaling_names_are_the_serde_names() {
+        for k in [
+            ScalingKind::None,
+            ScalingKind::Linear,
+            ScalingKind::Ntk,
+            ScalingKind::Dynamic,
+            ScalingKind::Yarn,
+            ScalingKind::Llama3,
+        ] {
+            assert_eq!(
+                serde_json::to_string(&k).unwrap(),
+                format!("\"{}\"", k.name())
+            );
+        }
+    }
 
     #[test]
     fn none_and_linear_closed_form() {

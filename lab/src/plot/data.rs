@@ -332,22 +332,33 @@ fn width_column(runs: &Table) -> Result<Vec<Option<i64>>, PlotError> {
     }
 }
 
-/// Per row of `runs`, ` base=<rope_base>` and/or ` L=<seq_len>` when the finished runs take more
-/// than one value of it (as `sweep::law::fits` labels its groups), else empty.
+/// Per row of `runs`, the group label's setting as `sweep::law::fits` writes it: ` base=…`,
+/// ` L=…` and the pair layout when the finished runs take more than one value of it, then the
+/// encoding options the run sets (` rope_p=…`, ` rotary_dim=…`, ` nope_every=…`).
 fn setting_labels(runs: &Table, done: &[bool]) -> Result<Vec<String>, PlotError> {
     let n = runs.rows();
-    let base = if runs.has("rope_base") {
-        runs.f64s("rope_base")?
+    let f = |c: &str| -> Result<Vec<Option<f64>>, PlotError> {
+        if runs.has(c) {
+            runs.f64s(c)
+        } else {
+            Ok(vec![None; n])
+        }
+    };
+    let i = |c: &str| -> Result<Vec<Option<i64>>, PlotError> {
+        if runs.has(c) {
+            runs.i64s(c)
+        } else {
+            Ok(vec![None; n])
+        }
+    };
+    let layout = if runs.has("pair_layout") {
+        runs.strs("pair_layout")?
     } else {
         vec![None; n]
     };
-    let len = if runs.has("seq_len") {
-        runs.i64s("seq_len")?
-    } else {
-        vec![None; n]
-    };
-    let varies = |vals: Vec<String>| {
-        let set: std::collections::BTreeSet<&String> = vals
+    let (rope_p, rotary_dim, nope_every) = (f("rope_p")?, i("rotary_dim")?, i("nope_every")?);
+    let varies = |vals: &[String]| {
+        let set: BTreeSet<&String> = vals
             .iter()
             .zip(done)
             .filter(|(_, d)| **d)
@@ -355,21 +366,34 @@ fn setting_labels(runs: &Table, done: &[bool]) -> Result<Vec<String>, PlotError>
             .collect();
         set.len() > 1
     };
-    let b: Vec<String> = base
+    let b: Vec<String> = f("rope_base")?
         .iter()
         .map(|x| format!("{}", x.unwrap_or(0.0)))
         .collect();
-    let l: Vec<String> = len.iter().map(|x| x.unwrap_or(0).to_string()).collect();
-    let (vb, vl) = (varies(b.clone()), varies(l.clone()));
+    let l: Vec<String> = i("seq_len")?
+        .iter()
+        .map(|x| x.unwrap_or(0).to_string())
+        .collect();
+    let p: Vec<String> = layout.into_iter().map(Option::unwrap_or_default).collect();
+    let (vb, vl, vp) = (varies(&b), varies(&l), varies(&p));
     Ok((0..n)
-        .map(|i| {
+        .map(|k| {
             let mut s = String::new();
             if vb {
-                s.push_str(&format!(" base={}", b[i]));
+                s.push_str(&format!(" base={}", b[k]));
             }
             if vl {
-                s.push_str(&format!(" L={}", l[i]));
+                s.push_str(&format!(" L={}", l[k]));
             }
+            if vp {
+                s.push_str(&format!(" {}", p[k]));
+            }
+            let options = [
+                rope_p[k].map(|v| format!(" rope_p={v}")),
+                rotary_dim[k].map(|v| format!(" rotary_dim={v}")),
+                nope_every[k].map(|v| format!(" nope_every={v}")),
+            ];
+            s.extend(options.into_iter().flatten());
             s
         })
         .collect())
@@ -505,7 +529,8 @@ pub fn law_figure(
     }
     // The sweep's fits with W = B (width_source `dep_width`), keyed by (group, pooling); tables
     // without a pooling column hold the `all` fits.
-    let mut fitted: BTreeMap<(String, String), (f64, f64, f64, (f64, f64))> = BTreeMap::new();
+    let mut fitted: BTreeMap<(String, String), (f64, f64, f64, Option<(f64, f64)>)> =
+        BTreeMap::new();
     if let Some(f) = fit.filter(|f| f.rows() > 0) {
         let (g, b, c, r2, lo, hi) = (
             f.strs("group")?,
@@ -525,6 +550,12 @@ pub fn law_figure(
         } else {
             vec![None; f.rows()]
         };
+        // One seed: the sweep prints no interval, and neither does the figure.
+        let seeds = if f.has("n_seeds") {
+            f.i64s("n_seeds")?
+        } else {
+            vec![None; f.rows()]
+        };
         for i in 0..f.rows() {
             if source[i].as_deref().is_some_and(|s| s != "dep_width") {
                 continue;
@@ -532,7 +563,8 @@ pub fn law_figure(
             if let (Some(g), Some(p), Some(b), Some(c), Some(r2), Some(lo), Some(hi)) =
                 (&g[i], &pooling[i], b[i], c[i], r2[i], lo[i], hi[i])
             {
-                fitted.insert((g.clone(), p.clone()), (b, c, r2, (lo, hi)));
+                let ci = (seeds[i].is_none_or(|n| n >= 2)).then_some((lo, hi));
+                fitted.insert((g.clone(), p.clone()), (b, c, r2, ci));
             }
         }
     }
@@ -550,7 +582,7 @@ pub fn law_figure(
             continue; // one width: nothing to fit
         };
         let (beta, c, r2, beta_ci) = match fitted.get(&(group.clone(), pooling.clone())) {
-            Some(&(b, c, r2, ci)) => (b, c, r2, Some(ci)),
+            Some(&(b, c, r2, ci)) => (b, c, r2, ci),
             None => (own.beta, own.c, own.r2, None),
         };
         let reps = bootstrap_fits(&fp, LAW_BOOT, 0);

@@ -218,6 +218,20 @@ fn superscript(e: i32) -> String {
         .collect()
 }
 
+/// A linear axis range plotters can draw from data bounds `(lo, hi)`: non-finite bounds (no
+/// data, NaN, ±inf) become `fallback`, and an empty or single-valued range is widened around its
+/// value (plotters' key-point search does not end on a degenerate range, issue 16).
+pub fn safe_range(lo: f64, hi: f64, fallback: (f64, f64)) -> (f64, f64) {
+    if !lo.is_finite() || !hi.is_finite() || lo > hi {
+        return fallback;
+    }
+    if hi - lo <= f64::EPSILON * lo.abs().max(hi.abs()).max(1.0) {
+        let half = 0.5 * lo.abs().max(1.0);
+        return (lo - half, hi + half);
+    }
+    (lo, hi)
+}
+
 /// Log range padded by `pad` (a factor) on each side.
 fn log_range(values: impl Iterator<Item = f64>, pad: f64) -> (f64, f64) {
     let (lo, hi) = values
@@ -945,9 +959,12 @@ where
         .iter()
         .flat_map(|c| c.points.iter().map(|q| q.0))
         .chain(p.vlines.iter().map(|v| v.0));
-    let xs: Vec<f64> = xs.collect();
-    let xmin = xs.iter().copied().fold(f64::INFINITY, f64::min);
-    let xmax = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let xs: Vec<f64> = xs.filter(|x| x.is_finite()).collect();
+    let (xmin, xmax) = safe_range(
+        xs.iter().copied().fold(f64::INFINITY, f64::min),
+        xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        (0.0, 1.0),
+    );
     let (ylo, yhi) = if p.percent_y {
         let max = p
             .curves
@@ -960,9 +977,13 @@ where
             .curves
             .iter()
             .flat_map(|c| c.points.iter().flat_map(|q| [q.1.min, q.1.max]))
+            .filter(|y| y.is_finite())
             .collect();
-        let lo = ys.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = ys.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let (lo, hi) = safe_range(
+            ys.iter().copied().fold(f64::INFINITY, f64::min),
+            ys.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            (0.0, 1.0),
+        );
         let pad = ((hi - lo) * 0.08).max(1e-3);
         ((lo - pad).min(0.0f64.max(lo - pad)), hi + pad)
     };
@@ -1036,7 +1057,7 @@ where
             }
         }};
     }
-    if p.log2_x {
+    if p.log2_x && xmin > 0.0 {
         let (x0, x1) = (xmin / 1.25, xmax * 1.25);
         let mut chart = builder.build_cartesian_2d(
             (x0..x1).log_scale().with_key_points(pow2_ticks(x0, x1)),

@@ -33,7 +33,7 @@ use draw::{
     SpectrumFigure,
 };
 
-pub use font::{FONT_ENV, find_font};
+pub use font::{FONT_ENV, find_font, register as register_font};
 
 /// Errors of `lab plot`.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +67,18 @@ pub enum PlotError {
         name: String,
         /// The names with figures.
         known: String,
+    },
+    /// The results folder holds another sweep's runs (its `runs` table says which).
+    #[error(
+        "{results} holds runs of sweep {found}, not {wanted}: pass the folder of a {wanted} sweep with --results (default results/{wanted})"
+    )]
+    WrongSweep {
+        /// The folder.
+        results: String,
+        /// The sweep asked for.
+        wanted: String,
+        /// The sweep(s) its runs belong to.
+        found: String,
     },
     /// No font for text.
     #[error(
@@ -117,6 +129,32 @@ pub const SWEEP_FIGURES: &[(&str, &[&str])] = &[
     ("real-sequences", &["real-sequences-nll"]),
 ];
 
+/// Refuse a results folder whose runs all belong to *other* sweeps with figures (e.g.
+/// `lab plot igsm-ops --results results/block-width`). Runs of a sweep file without figures of
+/// its own (a new experiment drawn with an existing sweep's figures) and folders without a
+/// `runs` table (MI sweeps) pass.
+fn check_sweep(sweep: &str, results: &Path) -> Result<(), PlotError> {
+    let path = results.join("runs.parquet");
+    if !path.is_file() {
+        return Ok(());
+    }
+    let runs = Table::read(&path)?;
+    if !runs.has("sweep") {
+        return Ok(());
+    }
+    let names: std::collections::BTreeSet<String> =
+        runs.strs("sweep")?.into_iter().flatten().collect();
+    let known = |n: &String| SWEEP_FIGURES.iter().any(|(k, _)| k == n);
+    if !names.is_empty() && !names.contains(sweep) && names.iter().all(known) {
+        return Err(PlotError::WrongSweep {
+            results: results.display().to_string(),
+            wanted: sweep.to_string(),
+            found: names.into_iter().collect::<Vec<_>>().join(", "),
+        });
+    }
+    Ok(())
+}
+
 /// Chance accuracy of the indirect-indexing answer: one of 52 letters (sweeps/indirect-indexing.toml).
 pub const INDIRECT_CHANCE: f64 = 1.0 / 52.0;
 
@@ -125,6 +163,16 @@ pub const INDIRECT_CHANCE: f64 = 1.0 / 52.0;
 ///
 /// Errors: an unknown sweep name, a missing table or column, an empty table, no font.
 pub fn plot_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    // On an error, leave no output folder behind that this call created.
+    let existed = out.exists();
+    let written = draw_sweep(sweep, results, out);
+    if written.is_err() && !existed {
+        let _ = std::fs::remove_dir_all(out);
+    }
+    written
+}
+
+fn draw_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, PlotError> {
     let known = SWEEP_FIGURES.iter().any(|(n, _)| *n == sweep);
     if !known {
         return Err(PlotError::UnknownSweep {
@@ -137,6 +185,7 @@ pub fn plot_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf
         });
     }
     let table = |name: &str| Table::read(&results.join(format!("{name}.parquet")));
+    check_sweep(sweep, results)?;
     font::register()?;
     std::fs::create_dir_all(out).map_err(|source| PlotError::Io {
         path: out.to_path_buf(),

@@ -315,6 +315,26 @@ pub fn positional_layer(init: &[Vec<f64>], last: &[Vec<f64>]) -> Option<(usize, 
     (!kls.is_empty()).then(|| (argmax_index(&kls), kls))
 }
 
+/// [`positional_layer`] restricted to the layers with `candidates[l]` (hybrid models: the
+/// layers that use the run's encoding, docs/analysis-rules.md R2). `None` when no layer is a
+/// candidate. The KLs of every layer are returned.
+pub fn positional_layer_among(
+    init: &[Vec<f64>],
+    last: &[Vec<f64>],
+    candidates: &[bool],
+) -> Option<(usize, Vec<f64>)> {
+    let (_, kls) = positional_layer(init, last)?;
+    let masked: Vec<f64> = kls
+        .iter()
+        .zip(candidates)
+        .map(|(&k, &c)| if c { k } else { f64::NEG_INFINITY })
+        .collect();
+    candidates
+        .iter()
+        .any(|&c| c)
+        .then(|| (argmax_index(&masked), kls))
+}
+
 /// Mean attention weight per lag `Δ = t − s` over the query positions `queries` (SCIENCE.md §8,
 /// "where the positional work happens": what a layer attends to).
 ///
@@ -479,6 +499,10 @@ mod tests {
         let (l, _) = positional_layer(&init[..2], &[last[1].clone(), last[1].clone()]).unwrap();
         assert_eq!(l, 0);
         assert!(positional_layer(&[], &[]).is_none());
+        // Hybrid models: layer 1 (NoPE) is not a candidate, so layer 2 (moved more than 0).
+        let (l, kls) = positional_layer_among(&init, &last, &[true, false, true]).unwrap();
+        assert_eq!((l, kls.len()), (2, 3));
+        assert!(positional_layer_among(&init, &last, &[false, false, false]).is_none());
     }
 
     #[test]

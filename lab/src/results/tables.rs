@@ -126,7 +126,13 @@ pub fn positional(cfg: &RunConfig, out: &TrainOutcome) -> Option<Positional> {
     let (init, last) = (out.initial.as_ref()?, out.last.as_ref()?);
     let p_init = probe::layer_spectra(&init.energy);
     let p_last = probe::layer_spectra(&last.energy);
-    let (layer, kls) = probe::positional_layer(&p_init, &p_last)?;
+    // Hybrid models: only the layers that use the run's encoding are candidates
+    // (docs/analysis-rules.md R2); a NoPE layer's spectrum is a control.
+    let model = cfg.model();
+    let candidates: Vec<bool> = (0..p_last.len())
+        .map(|l| model.layer_encoding(l) == cfg.encoding)
+        .collect();
+    let (layer, kls) = probe::positional_layer_among(&p_init, &p_last, &candidates)?;
     Some(Positional {
         layer,
         effective_freq: probe::effective_freq(&p_last[layer], &cfg.freq_grid()),

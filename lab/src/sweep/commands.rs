@@ -110,7 +110,12 @@ impl SweepReport {
             self.wall_time_s / 60.0,
             out_dir.display()
         );
-        if self.interrupted > 0 {
+        if self.stopped_by_signal {
+            s.push_str(&format!(
+                "\ninterrupted: {} of {} runs done; run the same command to resume",
+                self.finished, self.planned
+            ));
+        } else if self.interrupted > 0 {
             s.push_str(&format!(
                 "\n{} run(s) interrupted by a signal: run the same command again to finish them",
                 self.interrupted
@@ -254,8 +259,14 @@ pub fn run_one_files(
         Err(e) if e.is_storage() => return Ok(RunOneExit::CannotWrite(format!("error: {e}"))),
         Err(e) => return Err(e),
     };
+    let status = match &outcome.status {
+        crate::train::RunStatus::Done => "done".to_string(),
+        crate::train::RunStatus::Failed { step, reason } => {
+            format!("failed at step {step} ({reason})")
+        }
+    };
     Ok(RunOneExit::Finished(format!(
-        "{:?} in {:.1} s ({:.1} ms/step)",
-        outcome.status, outcome.wall_time_s, outcome.ms_per_step
+        "{status} in {:.1} s ({:.1} ms/step)",
+        outcome.wall_time_s, outcome.ms_per_step
     )))
 }

@@ -32,6 +32,11 @@ pub struct RunRecord {
     pub rope_base: f64,
     /// Training context length, tokens.
     pub seq_len: i64,
+    /// RoPE pair layout.
+    pub pair_layout: String,
+    /// The encoding options the run sets (`rope_p=0.25`, `rotary_dim=8`, `nope_every=2`; only
+    /// those away from their defaults, space-separated), or empty.
+    pub options: String,
     /// Seed.
     pub seed: i64,
     /// Final accuracy (iGSM: generated-answer accuracy).
@@ -104,7 +109,8 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
             s("task"),
         );
         let stop = s("stop");
-        let (base, len) = (f("rope_base"), i("seq_len"));
+        let (base, len, layout) = (f("rope_base"), i("seq_len"), s("pair_layout"));
+        let (rope_p, rotary_dim, nope_every) = (f("rope_p"), i("rotary_dim"), i("nope_every"));
         let (bl, seed, pl, wmi, sd, cs) = (
             i("dep_width"),
             i("seed"),
@@ -133,6 +139,16 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
                 block_len: bl[r].unwrap_or(0),
                 rope_base: base[r].unwrap_or(0.0),
                 seq_len: len[r].unwrap_or(0),
+                pair_layout: layout[r].clone().unwrap_or_default(),
+                options: [
+                    rope_p[r].map(|v| format!("rope_p={v}")),
+                    rotary_dim[r].map(|v| format!("rotary_dim={v}")),
+                    nope_every[r].map(|v| format!("nope_every={v}")),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" "),
                 seed: seed[r].unwrap_or(0),
                 // iGSM: the generated-answer accuracy (teacher-forced answer tokens are a copy).
                 acc: answer[r].or(acc[r]),
@@ -261,8 +277,10 @@ fn theta_of(r: &RunRecord, pooling: &str) -> Option<f64> {
 /// in print order. NoPE is the control and TAPA's frequencies are per token pair (see
 /// `probe`), so neither is fitted.
 pub fn fits(sweep: &str, preset: &str, done: &[&RunRecord]) -> Vec<FitRow> {
-    // Groups: encoding × variant, and × rope_base × seq_len when the sweep varies them
-    // (sweeps/base-vs-width.toml); the label then names them, e.g. `rope/copy base=100 L=512`.
+    // Groups: encoding × variant × the encoding options a run sets (p-RoPE's rope_p, partial
+    // rotary's rotary_dim, hybrid nope_every), and × rope_base × seq_len × pair_layout when the
+    // sweep varies them (sweeps/base-vs-width.toml); the label names them, e.g.
+    // `rope/copy base=100 L=512`, `p-rope/copy rope_p=0.25`.
     let distinct = |f: &dyn Fn(&RunRecord) -> String| {
         done.iter()
             .map(|r| f(r))
@@ -270,9 +288,10 @@ pub fn fits(sweep: &str, preset: &str, done: &[&RunRecord]) -> Vec<FitRow> {
             .len()
             > 1
     };
-    let (by_base, by_len) = (
+    let (by_base, by_len, by_layout) = (
         distinct(&|r| format!("{}", r.rope_base)),
         distinct(&|r| r.seq_len.to_string()),
+        distinct(&|r| r.pair_layout.clone()),
     );
     let mut groups: BTreeMap<(String, String, String), Vec<&RunRecord>> = BTreeMap::new();
     for r in done {
@@ -284,6 +303,12 @@ pub fn fits(sweep: &str, preset: &str, done: &[&RunRecord]) -> Vec<FitRow> {
             }
             if by_len {
                 setting.push_str(&format!(" L={}", r.seq_len));
+            }
+            if by_layout {
+                setting.push_str(&format!(" {}", r.pair_layout));
+            }
+            if !r.options.is_empty() {
+                setting.push_str(&format!(" {}", r.options));
             }
             groups
                 .entry((r.encoding.clone(), r.variant.clone(), setting))
@@ -616,6 +641,8 @@ mod tests {
             block_len: b,
             rope_base: 10000.0,
             seq_len: 128,
+            pair_layout: "adjacent".into(),
+            options: String::new(),
             seed,
             acc: Some(1.0),
             theta: Some((theta_l0 * theta_l1).sqrt()),
@@ -661,6 +688,18 @@ mod tests {
         assert!(pos.iter().all(|r| (r.fit.fit.beta - 1.0).abs() < 1e-9));
         let one: Vec<&RunRecord> = runs[..3].iter().collect();
         assert!(fits("x", "q", &one).iter().all(|r| r.group == "rope/copy"));
+        // Encoding options split groups whatever else varies.
+        let mut hybrid = runs[..3].to_vec();
+        hybrid
+            .iter_mut()
+            .for_each(|r| r.options = "nope_every=2".into());
+        let both: Vec<&RunRecord> = runs[..3].iter().chain(&hybrid).collect();
+        let groups: std::collections::BTreeSet<String> =
+            fits("x", "q", &both).into_iter().map(|r| r.group).collect();
+        assert_eq!(
+            groups.into_iter().collect::<Vec<_>>(),
+            ["rope/copy", "rope/copy nope_every=2"]
+        );
     }
 
     /// Layer 0 follows π/W exactly and layer 1 is flat: the positional and layer:0 fits give

@@ -194,6 +194,10 @@ pub struct SweepReport {
     pub failed: usize,
     /// Runs whose process was killed by a signal (not recorded: redone on the next start).
     pub interrupted: usize,
+    /// Runs of the grid finished (done or failed) in the output folder at the end.
+    pub finished: usize,
+    /// Whether the sweep itself was stopped by Ctrl-C or SIGTERM.
+    pub stopped_by_signal: bool,
     /// Failed runs reset by `retry_failed`.
     pub retried: usize,
     /// Wall time of this invocation, seconds.
@@ -202,6 +206,40 @@ pub struct SweepReport {
     pub fits: Vec<FitRow>,
     /// Printable summary (table + fits).
     pub summary: String,
+}
+
+/// Ctrl-C and SIGTERM during `lab sweep`: a flag the scheduling loop reads (the handler only
+/// stores it, which is async-signal-safe), and forwarding to run processes.
+mod interrupt {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+    extern "C" fn on_signal(_: libc::c_int) {
+        REQUESTED.store(true, Ordering::SeqCst);
+    }
+
+    /// Route SIGINT and SIGTERM to the flag (from now on, for this process).
+    pub fn install() {
+        // SAFETY: `on_signal` only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+            libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+        }
+    }
+
+    /// Whether a stop was asked for.
+    pub fn requested() -> bool {
+        REQUESTED.load(Ordering::SeqCst)
+    }
+
+    /// Send SIGINT to run process `pid` (a no-op if it is already gone).
+    pub fn forward(pid: u32) {
+        // SAFETY: kill(2) with a child's pid; errors (already exited) are ignored.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGINT);
+        }
+    }
 }
 
 /// Folder of one run's tables.
@@ -347,10 +385,13 @@ fn run_evals(
             "eval {} ×{} {}{}: loss {:.4}, acc {:.4}",
             req.name,
             req.seq_len / cfg.seq_len,
-            format!("{:?}", req.scaling.kind),
+            req.scaling.kind.name(),
             req.ablate
                 .as_ref()
-                .map(|a| format!(", ablated {} band (pairs {:?})", a.band, a.pairs))
+                .map(|a| {
+                    let pairs: Vec<String> = a.pairs.iter().map(|p| p.to_string()).collect();
+                    format!(", ablated {} band (pairs {})", a.band, pairs.join(", "))
+                })
                 .unwrap_or_default(),
             out.loss,
             out.accuracy
@@ -539,7 +580,23 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
     let mut ran = 0;
     let mut interrupted = 0;
     let mut storage_failure: Option<String> = None;
+    let mut stopping = false;
+    interrupt::install();
     loop {
+        if interrupt::requested() && !stopping {
+            // Ctrl-C (or SIGTERM): start nothing more, stop the runs in flight (their processes
+            // get the signal too when it came from the terminal), then report and exit 1.
+            stopping = true;
+            queue.clear();
+            foreign.clear();
+            for r in &running {
+                interrupt::forward(r.child.id());
+            }
+            say(
+                "  interrupted: stopping the runs in flight (they are redone on the next start)"
+                    .to_string(),
+            );
+        }
         while running.len() < jobs {
             let Some(run) = queue.pop_front() else { break };
             running.push(spawn_run(spec, opts, &run, threads)?);
@@ -626,11 +683,14 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
 
     let ids: Vec<String> = plan.iter().map(|r| r.config.run_id()).collect();
     let (fits, summary, failed) = collect(spec, &opts.preset, out_dir, &ids)?;
+    let finished = ids.iter().filter(|id| is_finished(out_dir, id)).count();
     Ok(SweepReport {
         planned: plan.len(),
         skipped,
         ran,
         failed,
+        finished,
+        stopped_by_signal: stopping,
         interrupted,
         retried,
         wall_time_s: start.elapsed().as_secs_f64(),

@@ -38,7 +38,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::config::{FIELDS, RunConfig};
-pub use crate::hint::did_you_mean;
+pub use crate::hint::{did_you_mean, hint_unknown};
 use crate::model::scaling::ScalingKind;
 
 /// One `[[evals]]` entry: evaluations of every trained run at other context lengths.
@@ -72,6 +72,43 @@ pub struct EvalSpec {
 
 fn default_scalings() -> Vec<ScalingKind> {
     vec![ScalingKind::None]
+}
+
+/// Check a run's `[[evals]]` before anything trains (issue 16): every evaluated length within
+/// a run's `seq_len` bound, `set` and `scale_params` naming fields an evaluation may change
+/// ([`crate::eval::EVAL_SETTABLE`]).
+fn check_evals(cfg: &RunConfig, evals: &[EvalSpec]) -> Result<(), String> {
+    let max = tasks::MAX_SEQ_LEN;
+    for e in evals {
+        if !e.tasks.is_empty() && !e.tasks.contains(&cfg.task) {
+            continue; // not evaluated
+        }
+        for &s in &e.length_factors {
+            let len = cfg.seq_len.saturating_mul(s);
+            if s == 0 || len > max {
+                return Err(format!(
+                    "[[evals]] `{}`: length factor {s} gives seq_len = {len} for this run; must be in 1..={} (seq_len·s ≤ {max})",
+                    e.name,
+                    max / cfg.seq_len.max(1)
+                ));
+            }
+        }
+        let keys = e
+            .set
+            .keys()
+            .map(String::as_str)
+            .chain(e.scale_params.iter().map(String::as_str));
+        for k in keys {
+            if !crate::eval::EVAL_SETTABLE.contains(&k) {
+                return Err(format!(
+                    "[[evals]] `{}`: `{k}` cannot change at evaluation; set and scale_params take: {}",
+                    e.name,
+                    crate::eval::EVAL_SETTABLE.join(", ")
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Errors in a sweep file or its expansion. One line each.
@@ -206,30 +243,6 @@ pub struct PlannedRun {
     pub axes: Vec<(String, String)>,
     /// Evaluations to run after training (the preset's `[[evals]]`).
     pub evals: Vec<EvalSpec>,
-}
-
-/// serde's "unknown field `x`, expected one of `a`, `b`" and "unknown variant `x`, expected
-/// ..." messages, with the closest expected name appended (`; did you mean `a`?`); other
-/// messages unchanged. Newlines become spaces (one line).
-pub fn hint_unknown(message: &str) -> String {
-    let message = message.replace('\n', " ");
-    let message = message.trim_end();
-    let Some(rest) = message
-        .strip_prefix("unknown field `")
-        .or_else(|| message.strip_prefix("unknown variant `"))
-    else {
-        return message.to_string();
-    };
-    let Some((key, tail)) = rest.split_once('`') else {
-        return message.to_string();
-    };
-    let candidates: Vec<&str> = tail
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .filter(|c| !c.is_empty())
-        .collect();
-    format!("{message}{}", did_you_mean(key, candidates))
 }
 
 fn syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> SpecError {
@@ -431,10 +444,9 @@ impl SweepSpec {
                     context: context.clone(),
                     message,
                 };
-                let config: RunConfig = toml::Value::Table(table)
-                    .try_into()
-                    .map_err(|e: toml::de::Error| invalid(hint_unknown(e.message())))?;
+                let config: RunConfig = crate::config::from_toml(table).map_err(invalid)?;
                 config.validate().map_err(|e| invalid(e.to_string()))?;
+                check_evals(&config, &evals).map_err(invalid)?;
                 runs.push(PlannedRun {
                     config,
                     axes: labels,
@@ -666,7 +678,9 @@ grid = { block_len = [4] }
             .unwrap_err()
             .to_string();
         assert!(
-            err.starts_with("sweeps/t.toml: preset q, encoding = ropee: unknown variant `ropee`, expected one of"),
+            err.starts_with(
+                "sweeps/t.toml: preset q, encoding = ropee: encoding: unknown variant `ropee`, expected one of"
+            ),
             "{err}"
         );
         assert!(err.ends_with("; did you mean `rope`?"), "{err}");
