@@ -845,7 +845,7 @@ fn plot_refuses_another_sweeps_results() {
         assert_eq!(
             err.to_string(),
             format!(
-                "{} holds runs of sweep block-width, not {wanted}: pass the folder of a {wanted} sweep with --results (default results/{wanted})",
+                "{} holds runs of sweep block-width, not {wanted}: pass the results folder of sweep {wanted} with --results (default results/{wanted})",
                 dir.display()
             )
         );
@@ -872,6 +872,10 @@ fn degenerate_data_draws_instead_of_hanging() {
     assert_eq!(safe_range(4.0, 4.0, (0.0, 1.0)), (2.0, 6.0));
     assert_eq!(safe_range(0.0, 0.0, (0.0, 1.0)), (-0.5, 0.5));
     assert_eq!(safe_range(1.0, 3.0, (0.0, 1.0)), (1.0, 3.0));
+    use lab::plot::draw::safe_log_range;
+    assert_eq!(safe_log_range(0.5, 8.0), (0.5, 8.0));
+    assert_eq!(safe_log_range(0.0, 8.0), (4.0, 16.0));
+    assert_eq!(safe_log_range(f64::NAN, f64::NAN), (0.1, 10.0));
     if lab::plot::find_font().is_none() {
         panic!("no font: install fonts-dejavu-core (the CI script does) or set LAB_FONT");
     }

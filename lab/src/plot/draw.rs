@@ -232,6 +232,15 @@ pub fn safe_range(lo: f64, hi: f64, fallback: (f64, f64)) -> (f64, f64) {
     (lo, hi)
 }
 
+/// [`safe_range`] for a log axis: `(lo, hi)` when `0 < lo < hi` are finite, else a drawable
+/// range around the positive finite bound (or `(0.1, 10)`).
+pub fn safe_log_range(lo: f64, hi: f64) -> (f64, f64) {
+    if lo > 0.0 && hi > lo && hi.is_finite() {
+        return (lo, hi);
+    }
+    log_range([lo, hi].into_iter(), 2.0)
+}
+
 /// Log range padded by `pad` (a factor) on each side.
 fn log_range(values: impl Iterator<Item = f64>, pad: f64) -> (f64, f64) {
     let (lo, hi) = values
@@ -416,8 +425,8 @@ impl Figure for SpectrumFigure {
             let mut th: Vec<f64> = m.thetas.clone();
             th.reverse();
             let te = edges(&th);
-            let (x0, x1) = (we[0], *we.last().expect("edges"));
-            let (y0, y1) = (te[0], *te.last().expect("edges"));
+            let (x0, x1) = safe_log_range(we[0], *we.last().expect("edges"));
+            let (y0, y1) = safe_log_range(te[0], *te.last().expect("edges"));
             let runs = if m.runs.iter().all(|r| *r == m.runs[0]) {
                 format!("{} runs per width", m.runs[0])
             } else {

@@ -70,7 +70,7 @@ pub enum PlotError {
     },
     /// The results folder holds another sweep's runs (its `runs` table says which).
     #[error(
-        "{results} holds runs of sweep {found}, not {wanted}: pass the folder of a {wanted} sweep with --results (default results/{wanted})"
+        "{results} holds runs of sweep {found}, not {wanted}: pass the results folder of sweep {wanted} with --results (default results/{wanted})"
     )]
     WrongSweep {
         /// The folder.
