@@ -548,6 +548,27 @@ impl RunConfig {
                 ),
             ));
         }
+        // An option of another encoding would be ignored by this run's model: refuse it.
+        if self.rope_p != 1.0 && self.encoding != Encoding::PRope {
+            return Err(ConfigError::new(
+                "rope_p",
+                self.rope_p,
+                format!(
+                    "applies to encoding = \"p-rope\" only (this run: {}); remove it or use p-rope",
+                    self.encoding.name()
+                ),
+            ));
+        }
+        if self.rotary_dim != 0 && self.encoding != Encoding::PartialRope {
+            return Err(ConfigError::new(
+                "rotary_dim",
+                self.rotary_dim,
+                format!(
+                    "applies to encoding = \"partial-rope\" only (this run: {}); remove it or use partial-rope",
+                    self.encoding.name()
+                ),
+            ));
+        }
         range("nope_every", self.nope_every, 0, self.n_layers)?;
         let task = self.task();
         task.validate()

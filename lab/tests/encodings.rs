@@ -239,8 +239,17 @@ fn bad_encoding_options_name_the_field_and_range() {
         "rope_p = 0.2 is out of range: must be in [1/4, 1] (keep at least one of the 4 rotary pairs)"
     );
     assert_eq!(
-        err(serde_json::json!({"rope_p": 1.5})),
+        err(serde_json::json!({"encoding": "p-rope", "rope_p": 1.5})),
         "rope_p = 1.5 is out of range: must be in [1/4, 1] (keep at least one of the 4 rotary pairs)"
+    );
+    // An option of another encoding would be silently ignored: refused by name.
+    assert_eq!(
+        err(serde_json::json!({"rope_p": 0.5})),
+        "rope_p = 0.5 is out of range: applies to encoding = \"p-rope\" only (this run: rope); remove it or use p-rope"
+    );
+    assert_eq!(
+        err(serde_json::json!({"encoding": "pope", "rotary_dim": 4})),
+        "rotary_dim = 4 is out of range: applies to encoding = \"partial-rope\" only (this run: pope); remove it or use partial-rope"
     );
     assert_eq!(
         err(serde_json::json!({"encoding": "partial-rope", "rotary_dim": 5})),
