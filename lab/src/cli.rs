@@ -295,15 +295,15 @@ pub enum BenchCmd {
         /// Attention implementation.
         #[arg(long, value_enum, default_value_t = AttentionArg::Fused)]
         attention: AttentionArg,
-        /// CPU threads (rayon pool) [default: all cores].
-        #[arg(long)]
-        threads: Option<usize>,
-        /// Timed steps.
-        #[arg(long, default_value_t = 30)]
-        steps: usize,
-        /// Untimed warm-up steps.
-        #[arg(long, default_value_t = 5)]
-        warmup: usize,
+        /// CPU threads (rayon pool; 1..=1024) [default: all cores].
+        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        threads: Option<u16>,
+        /// Timed steps (1..=100000).
+        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        steps: u32,
+        /// Untimed warm-up steps (0..=100000).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+        warmup: u32,
         /// Compute backend (`wgpu` and `cuda` need the cargo features of the same names).
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,

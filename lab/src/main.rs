@@ -117,8 +117,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     backend,
                 },
         } => {
-            let threads = threads
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            let threads = threads.map_or_else(
+                || std::thread::available_parallelism().map_or(1, |n| n.get()),
+                usize::from,
+            );
+            let (warmup, steps) = (warmup as usize, steps as usize);
             let attention = attention.kernel();
             let json = cmds::bench_train_step_json(
                 &sweep_name,

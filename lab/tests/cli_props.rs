@@ -117,6 +117,26 @@ fn command() -> impl Strategy<Value = Vec<String>> {
             a.push("MISSING".into());
             a
         }),
+        (folder(), folder()).prop_map(move |(a1, a2)| {
+            let mut a = v(&["merge"]);
+            a.extend([a1, a2, "--out".into(), "OUT".into()]);
+            a
+        }),
+        (word(), word(), number(), number()).prop_map(move |(s, p, t, n)| {
+            // A random sweep name: a real one would time a training step (seconds), the
+            // rest must fail by name.
+            let mut a = v(&["bench", "train-step", "--sweep"]);
+            a.extend([
+                s,
+                "--preset".into(),
+                p,
+                "--threads".into(),
+                t,
+                "--steps".into(),
+                n,
+            ]);
+            a
+        }),
         (word(), word(), number(), number()).prop_map(move |(s, p, j, n)| {
             let mut a = v(&["sweep"]);
             a.extend([s, "--preset".into(), p, "--jobs".into(), j, "--out".into()]);

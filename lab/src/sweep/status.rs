@@ -235,6 +235,13 @@ fn sweep_error(context: String) -> impl FnOnce(std::io::Error) -> SweepError {
 /// all (copied under a temporary name, then renamed). The merged tables are then rebuilt from
 /// every finished run in `out`, and the law refitted for the `(sweep, preset)` with most runs.
 pub fn merge_dirs(inputs: &[PathBuf], out: &Path) -> Result<MergeReport, SweepError> {
+    // Every input is checked before the output folder is created (no folder left on an error).
+    if let Some(bad) = inputs.iter().find(|i| !i.join("runs").is_dir()) {
+        return Err(SweepError::Data(format!(
+            "{} is not a results folder (no runs/ in it)",
+            bad.display()
+        )));
+    }
     let runs_out = out.join("runs");
     std::fs::create_dir_all(&runs_out).map_err(sweep_error(format!(
         "cannot create the output folder {}",
