@@ -44,7 +44,7 @@ pub enum Cmd {
         out: Option<PathBuf>,
         /// Runs at once (each a process; CPU threads are shared between them). Training sweeps only.
         /// Default: the preset's `jobs` (block-width quick: 2), else 1.
-        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=256))]
+        #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(u16).range(1..=256))]
         jobs: Option<u16>,
         /// Compute backend. Training sweeps only.
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
@@ -95,10 +95,10 @@ pub enum Cmd {
         #[arg(long = "param", value_name = "KEY=VALUE")]
         params: Vec<String>,
         /// Number of examples (1..=1000000).
-        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
         n: u32,
         /// Seed.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
         seed: u64,
         /// Split: train or eval (disjoint random streams).
         #[arg(long, value_enum, default_value_t = SplitArg::Train)]
@@ -117,7 +117,7 @@ pub enum Cmd {
         /// Run folder or checkpoint folder (holding config.json and model.safetensors).
         checkpoint: PathBuf,
         /// Context length to evaluate at, tokens.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         seq_len: usize,
         #[command(flatten)]
         scaling: ScalingArgs,
@@ -171,7 +171,7 @@ pub enum Cmd {
         #[arg(long)]
         granularity: Vec<String>,
         /// Rotary head dimension d.
-        #[arg(long, default_value_t = 32)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 32)]
         head_dim: usize,
         /// Length factor s of the intended context extension (for the PI factor).
         #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
@@ -229,10 +229,10 @@ pub struct ClusterArgs {
     #[arg(long, value_name = "FILE")]
     pub emit_slurm: Option<PathBuf>,
     /// Shards (array tasks) of the emitted Slurm script.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100000))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100000))]
     pub slurm_shards: u32,
     /// CPUs per array task (the runs' threads).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub slurm_cpus: u32,
     /// Memory per array task (Slurm syntax).
     #[arg(long, default_value = "4G")]
@@ -244,7 +244,7 @@ pub struct ClusterArgs {
     #[arg(long)]
     pub slurm_partition: Option<String>,
     /// GPUs per array task.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub slurm_gpus: Option<u32>,
 }
 
@@ -296,13 +296,13 @@ pub enum BenchCmd {
         #[arg(long, value_enum, default_value_t = AttentionArg::Fused)]
         attention: AttentionArg,
         /// CPU threads (rayon pool; 1..=1024) [default: all cores].
-        #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+        #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(u16).range(1..=1024))]
         threads: Option<u16>,
         /// Timed steps (1..=100000).
-        #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=100_000))]
         steps: u32,
         /// Untimed warm-up steps (0..=100000).
-        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=100_000))]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 5, value_parser = clap::value_parser!(u32).range(0..=100_000))]
         warmup: u32,
         /// Compute backend (`wgpu` and `cuda` need the cargo features of the same names).
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
@@ -327,7 +327,7 @@ pub enum RopeCmd {
     )]
     Freqs {
         /// Head dimension d (even).
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         head_dim: usize,
         /// RoPE base.
         #[arg(long, default_value_t = 10000.0, allow_negative_numbers = true)]
@@ -342,7 +342,7 @@ pub enum RopeCmd {
         )]
         seq_len: Option<usize>,
         /// Original (training) context length L₀.
-        #[arg(long, default_value_t = 2048)]
+        #[arg(long, allow_negative_numbers = true, default_value_t = 2048)]
         original_max_len: usize,
     },
 }
@@ -356,7 +356,7 @@ pub struct ScalingArgs {
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub factor: f64,
     /// Current sequence length (dynamic NTK).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub scaling_seq_len: Option<usize>,
     /// YaRN β_fast (rotations).
     #[arg(long, default_value_t = 32.0, allow_negative_numbers = true)]
@@ -507,16 +507,16 @@ pub struct MiArgs {
     #[arg(long)]
     pub granularity: Option<String>,
     /// Largest lag R, tokens [default: 256; a task: 256 or its seq_len − 1 if shorter].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub max_lag: Option<usize>,
     /// Entropy estimator: miller-madow, grassberger or plug-in.
     #[arg(long, default_value = "miller-madow")]
     pub estimator: String,
     /// Task examples to profile (train split; 1..=1000000).
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub n_examples: u32,
     /// Seed (shuffled baseline; task examples).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     pub seed: u64,
     /// Output format.
     #[arg(long, value_enum, default_value_t = MiFormat::Csv)]

@@ -482,3 +482,23 @@ fn mi_task_default_max_lag_fits_the_task() {
     // block's default seq_len is 32: lags 1..=31, one CSV row each after the header.
     assert_eq!(stdout.lines().count(), 1 + 31, "{stdout}");
 }
+
+/// A negative number for a count is a value error naming the option, on one line, not clap's
+/// "unexpected argument" (issue 16).
+#[test]
+fn negative_counts_name_the_option() {
+    for (args, opt) in [
+        (vec!["gen", "block", "--n", "-1"], "--n <N>"),
+        (vec!["eval", "x", "--seq-len", "-5"], "--seq-len <SEQ_LEN>"),
+        (vec!["bench", "train-step", "--threads", "-2"], "--threads <THREADS>"),
+    ] {
+        let o = lab().args(&args).output().unwrap();
+        let (_, stderr) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!("error: invalid value '{}' for '{opt}'", args[args.len() - 1])),
+            "{args:?}: {stderr}"
+        );
+    }
+}
