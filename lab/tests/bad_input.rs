@@ -490,14 +490,20 @@ fn negative_counts_name_the_option() {
     for (args, opt) in [
         (vec!["gen", "block", "--n", "-1"], "--n <N>"),
         (vec!["eval", "x", "--seq-len", "-5"], "--seq-len <SEQ_LEN>"),
-        (vec!["bench", "train-step", "--threads", "-2"], "--threads <THREADS>"),
+        (
+            vec!["bench", "train-step", "--threads", "-2"],
+            "--threads <THREADS>",
+        ),
     ] {
         let o = lab().args(&args).output().unwrap();
         let (_, stderr) = text(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
         assert!(
-            stderr.starts_with(&format!("error: invalid value '{}' for '{opt}'", args[args.len() - 1])),
+            stderr.starts_with(&format!(
+                "error: invalid value '{}' for '{opt}'",
+                args[args.len() - 1]
+            )),
             "{args:?}: {stderr}"
         );
     }
