@@ -444,13 +444,8 @@ fn is_default_rope_p(v: &f64) -> bool {
 /// One line naming the field: `steps: invalid type: string "four", expected usize`, or serde's
 /// unknown-field message with the closest field name appended.
 pub fn from_toml(table: toml::Table) -> Result<RunConfig, String> {
-    serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
-        let message = crate::hint::hint_unknown(e.inner().message());
-        match e.path().to_string().as_str() {
-            "." | "" => message,
-            path => format!("{path}: {message}"),
-        }
-    })
+    serde_path_to_error::deserialize(toml::Value::Table(table))
+        .map_err(|e| crate::hint::at_field(&e.path().to_string(), e.inner().message()))
 }
 
 impl RunConfig {

@@ -34,13 +34,8 @@ use tasks::MAX_SEQ_LEN;
 /// The task config from its parameters, or one line naming the bad one
 /// (`block_len: invalid type: string "abc", expected usize`).
 fn typed<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, String> {
-    serde_path_to_error::deserialize(params).map_err(|e| {
-        let message = crate::hint::hint_unknown(&e.inner().to_string());
-        match e.path().to_string().as_str() {
-            "." | "" => message,
-            path => format!("{path}: {message}"),
-        }
-    })
+    serde_path_to_error::deserialize(params)
+        .map_err(|e| crate::hint::at_field(&e.path().to_string(), &e.inner().to_string()))
 }
 
 /// Task names `lab gen` knows.

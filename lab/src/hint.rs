@@ -51,6 +51,16 @@ pub fn hint_unknown(message: &str) -> String {
     format!("{message}{}", did_you_mean(key, candidates))
 }
 
+/// One line for a deserialisation error at field path `path` (serde_path_to_error's, `.` at
+/// the top): `steps: invalid type: …`, with [`hint_unknown`]'s suggestion for unknown names.
+pub fn at_field(path: &str, message: &str) -> String {
+    let message = hint_unknown(message);
+    match path {
+        "." | "" => message,
+        path => format!("{path}: {message}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -64,5 +74,7 @@ mod tests {
             did_you_mean("blok_len", ["seed", "block_len"]),
             "; did you mean `block_len`?"
         );
+        assert_eq!(at_field("steps", "invalid type"), "steps: invalid type");
+        assert_eq!(at_field(".", "missing field `x`"), "missing field `x`");
     }
 }

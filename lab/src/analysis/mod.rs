@@ -9,6 +9,61 @@ pub mod bands;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+/// What tells a run's fit group apart besides its encoding and variant: the settings a sweep may
+/// vary (sweeps/base-vs-width.toml) and the encoding options a run sets. The sweep's `fit` table
+/// and the law figure label groups from it the same way ([`setting_labels`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunSetting {
+    /// RoPE base.
+    pub rope_base: f64,
+    /// Training context length, tokens.
+    pub seq_len: i64,
+    /// RoPE pair layout.
+    pub pair_layout: String,
+    /// p-RoPE's `rope_p`, when the run sets it.
+    pub rope_p: Option<f64>,
+    /// Partial rotary's `rotary_dim`, when the run sets it.
+    pub rotary_dim: Option<i64>,
+    /// Hybrid layers' `nope_every`, when the run sets it.
+    pub nope_every: Option<i64>,
+}
+
+/// The setting part of each run's group label: ` base=…`, ` L=…` and the pair layout when the
+/// runs take more than one value of it, then the encoding options the run sets (` rope_p=…`,
+/// ` rotary_dim=…`, ` nope_every=…`); empty when nothing applies. E.g. `rope/copy` +
+/// ` base=100 L=512`.
+pub fn setting_labels(settings: &[RunSetting]) -> Vec<String> {
+    let varies = |f: &dyn Fn(&RunSetting) -> String| {
+        let values: std::collections::BTreeSet<String> = settings.iter().map(f).collect();
+        values.len() > 1
+    };
+    let by_base = varies(&|r| format!("{}", r.rope_base));
+    let by_len = varies(&|r| r.seq_len.to_string());
+    let by_layout = varies(&|r| r.pair_layout.clone());
+    settings
+        .iter()
+        .map(|r| {
+            let mut s = String::new();
+            if by_base {
+                s.push_str(&format!(" base={}", r.rope_base));
+            }
+            if by_len {
+                s.push_str(&format!(" L={}", r.seq_len));
+            }
+            if by_layout {
+                s.push_str(&format!(" {}", r.pair_layout));
+            }
+            let options = [
+                r.rope_p.map(|v| format!(" rope_p={v}")),
+                r.rotary_dim.map(|v| format!(" rotary_dim={v}")),
+                r.nope_every.map(|v| format!(" nope_every={v}")),
+            ];
+            s.extend(options.into_iter().flatten());
+            s
+        })
+        .collect()
+}
+
 /// One run's contribution to a fit.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FitPoint {
@@ -163,6 +218,26 @@ pub fn quantile_sorted(xs: &[f64], q: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn setting_labels_name_what_varies_and_the_options() {
+        let base = RunSetting {
+            rope_base: 100.0,
+            seq_len: 128,
+            pair_layout: "adjacent".into(),
+            ..RunSetting::default()
+        };
+        let other = RunSetting {
+            rope_base: 1e6,
+            rope_p: Some(0.25),
+            ..base.clone()
+        };
+        assert_eq!(
+            setting_labels(&[base.clone(), other]),
+            [" base=100", " base=1000000 rope_p=0.25"]
+        );
+        assert_eq!(setting_labels(&[base.clone(), base]), ["", ""]);
+    }
 
     #[test]
     fn exact_law_is_recovered() {

@@ -7,7 +7,9 @@ use std::path::Path;
 use arrow_array::RecordBatch;
 
 use super::PlotError;
-use crate::analysis::{FitPoint, bootstrap_fits, fit_loglog, quantile_sorted};
+use crate::analysis::{
+    FitPoint, RunSetting, bootstrap_fits, fit_loglog, quantile_sorted, setting_labels,
+};
 use crate::model::Encoding;
 use crate::results::{column, read_parquet};
 
@@ -332,10 +334,9 @@ fn width_column(runs: &Table) -> Result<Vec<Option<i64>>, PlotError> {
     }
 }
 
-/// Per row of `runs`, the group label's setting as `sweep::law::fits` writes it: ` base=…`,
-/// ` L=…` and the pair layout when the finished runs take more than one value of it, then the
-/// encoding options the run sets (` rope_p=…`, ` rotary_dim=…`, ` nope_every=…`).
-fn setting_labels(runs: &Table, done: &[bool]) -> Result<Vec<String>, PlotError> {
+/// Per row of `runs`, the group label's setting as `sweep::law::fits` writes it
+/// ([`crate::analysis::setting_labels`] over the finished rows; empty for the others).
+fn run_setting_labels(runs: &Table, done: &[bool]) -> Result<Vec<String>, PlotError> {
     let n = runs.rows();
     let f = |c: &str| -> Result<Vec<Option<f64>>, PlotError> {
         if runs.has(c) {
@@ -356,47 +357,25 @@ fn setting_labels(runs: &Table, done: &[bool]) -> Result<Vec<String>, PlotError>
     } else {
         vec![None; n]
     };
+    let (base, len) = (f("rope_base")?, i("seq_len")?);
     let (rope_p, rotary_dim, nope_every) = (f("rope_p")?, i("rotary_dim")?, i("nope_every")?);
-    let varies = |vals: &[String]| {
-        let set: BTreeSet<&String> = vals
-            .iter()
-            .zip(done)
-            .filter(|(_, d)| **d)
-            .map(|(v, _)| v)
-            .collect();
-        set.len() > 1
-    };
-    let b: Vec<String> = f("rope_base")?
+    let rows: Vec<usize> = (0..n).filter(|&k| done[k]).collect();
+    let settings: Vec<RunSetting> = rows
         .iter()
-        .map(|x| format!("{}", x.unwrap_or(0.0)))
-        .collect();
-    let l: Vec<String> = i("seq_len")?
-        .iter()
-        .map(|x| x.unwrap_or(0).to_string())
-        .collect();
-    let p: Vec<String> = layout.into_iter().map(Option::unwrap_or_default).collect();
-    let (vb, vl, vp) = (varies(&b), varies(&l), varies(&p));
-    Ok((0..n)
-        .map(|k| {
-            let mut s = String::new();
-            if vb {
-                s.push_str(&format!(" base={}", b[k]));
-            }
-            if vl {
-                s.push_str(&format!(" L={}", l[k]));
-            }
-            if vp {
-                s.push_str(&format!(" {}", p[k]));
-            }
-            let options = [
-                rope_p[k].map(|v| format!(" rope_p={v}")),
-                rotary_dim[k].map(|v| format!(" rotary_dim={v}")),
-                nope_every[k].map(|v| format!(" nope_every={v}")),
-            ];
-            s.extend(options.into_iter().flatten());
-            s
+        .map(|&k| RunSetting {
+            rope_base: base[k].unwrap_or(0.0),
+            seq_len: len[k].unwrap_or(0),
+            pair_layout: layout[k].clone().unwrap_or_default(),
+            rope_p: rope_p[k],
+            rotary_dim: rotary_dim[k],
+            nope_every: nope_every[k],
         })
-        .collect())
+        .collect();
+    let mut out = vec![String::new(); n];
+    for (k, label) in rows.into_iter().zip(setting_labels(&settings)) {
+        out[k] = label;
+    }
+    Ok(out)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -463,7 +442,7 @@ pub fn law_figure(
     let seeds = runs.i64s("seed")?;
     // Settings the sweep varies besides the width (sweeps/base-vs-width.toml): named in the
     // group label as the sweep's fit table names them (`rope/copy base=100 L=512`).
-    let setting = setting_labels(runs, &done)?;
+    let setting = run_setting_labels(runs, &done)?;
     // θ_eff per (run id, layer) at the final evaluation.
     let mut per_layer: BTreeMap<(String, i64), f64> = BTreeMap::new();
     if let Some(l) = layers {

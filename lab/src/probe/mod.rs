@@ -21,7 +21,7 @@
 //! token pair is `ω = 2π·(q_P·k_P)/√((1−ρ)d)` per unit of `|m−n|^α`; its energy is the
 //! amplitude² mass in log-spaced `|ω|` bins ([`tapa_bins`]), an O(L²) computation.
 
-use crate::model::{PairLayout, SpectrumMap};
+use crate::model::SpectrumMap;
 use rayon::prelude::*;
 
 /// Σ over causal pairs `(t, s)`, `s ≤ t`, of `a_q(t, f)·a_k(s, f)` for each frequency `f`.
@@ -46,14 +46,6 @@ pub fn energy_sums(aq: &[f64], ak: &[f64], seq: usize, n_freq: usize) -> Vec<f64
         }
     }
     sums
-}
-
-/// RoPE squared pair norms `|x_i(t)|²`, `[seq, head_dim/2]`, from one head's `x`: `[seq, head_dim]`.
-pub fn rope_amplitudes(x: &[f32], seq: usize, head_dim: usize, layout: PairLayout) -> Vec<f64> {
-    let dims: Vec<(usize, usize)> = (0..head_dim / 2)
-        .map(|i| layout.pair_dims(i, head_dim))
-        .collect();
-    pair_amplitudes(x, seq, head_dim, &dims)
 }
 
 /// Squared norms `x_a(t)² + x_b(t)²` of the pairs `dims`, `[seq, dims.len()]`, from one head's
@@ -83,25 +75,6 @@ pub fn pope_amplitudes(x: &[f32]) -> Vec<f64> {
             sp * sp
         })
         .collect()
-}
-
-/// Sum over causal pairs of `|q_i(t)|²·|k_i(s)|²` per RoPE pair `i`, for one head
-/// (`q`, `k`: `[seq, head_dim]`); see [`energy_sums`].
-pub fn pair_energy_sums(
-    q: &[f32],
-    k: &[f32],
-    seq: usize,
-    head_dim: usize,
-    layout: PairLayout,
-) -> Vec<f64> {
-    assert_eq!(q.len(), seq * head_dim, "q must be [seq, head_dim]");
-    assert_eq!(k.len(), seq * head_dim, "k must be [seq, head_dim]");
-    energy_sums(
-        &rope_amplitudes(q, seq, head_dim, layout),
-        &rope_amplitudes(k, seq, head_dim, layout),
-        seq,
-        head_dim / 2,
-    )
 }
 
 pub use crate::model::tapa::{tapa_bin, tapa_bins};
@@ -384,6 +357,7 @@ pub fn summarise(p: &[f64], theta: &[f64]) -> SpectrumSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::PairLayout;
     use crate::model::rope::inv_freq;
     use rand::{Rng, SeedableRng};
 
@@ -403,6 +377,13 @@ mod tests {
         e.iter().map(|x| x / n_causal_pairs(seq) as f64).collect()
     }
 
+    /// RoPE's channels: every pair of `layout` over the whole head.
+    fn pairs(layout: PairLayout, d: usize) -> SpectrumMap {
+        SpectrumMap::Pairs {
+            dims: (0..d / 2).map(|i| layout.pair_dims(i, d)).collect(),
+        }
+    }
+
     #[test]
     fn prefix_sum_equals_brute_force_on_random_inputs() {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
@@ -410,7 +391,7 @@ mod tests {
         let q: Vec<f32> = (0..seq * d).map(|_| rng.random_range(-2.0..2.0)).collect();
         let k: Vec<f32> = (0..seq * d).map(|_| rng.random_range(-2.0..2.0)).collect();
         for layout in [PairLayout::Adjacent, PairLayout::RotateHalf] {
-            let fast: Vec<f64> = pair_energy_sums(&q, &k, seq, d, layout)
+            let fast: Vec<f64> = head_energy_sums(&pairs(layout, d), &q, &k, seq, d)
                 .iter()
                 .map(|x| x / n_causal_pairs(seq) as f64)
                 .collect();
@@ -427,7 +408,7 @@ mod tests {
         // a_q = [1, 4], a_k = [9, 1]; pairs (0,0),(1,0),(1,1): 1·9 + 4·9 + 4·1 = 49; mean 49/3.
         let q = [1.0, 0.0, 0.0, 2.0];
         let k = [3.0, 0.0, 0.0, 1.0];
-        let e = pair_energy_sums(&q, &k, 2, 2, PairLayout::Adjacent);
+        let e = head_energy_sums(&pairs(PairLayout::Adjacent, 2), &q, &k, 2, 2);
         assert_eq!(e, vec![49.0]);
     }
 

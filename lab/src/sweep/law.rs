@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::analysis::{FitPoint, fit_law};
+use crate::analysis::{FitPoint, RunSetting, fit_law, setting_labels};
 use crate::model::Encoding;
 use crate::results::tables::FitRow;
 use crate::results::{self, ResultsError, column};
@@ -28,15 +28,8 @@ pub struct RunRecord {
     pub variant: String,
     /// `dep_width` (B for the block task).
     pub block_len: i64,
-    /// RoPE base.
-    pub rope_base: f64,
-    /// Training context length, tokens.
-    pub seq_len: i64,
-    /// RoPE pair layout.
-    pub pair_layout: String,
-    /// The encoding options the run sets (`rope_p=0.25`, `rotary_dim=8`, `nope_every=2`; only
-    /// those away from their defaults, space-separated), or empty.
-    pub options: String,
+    /// Base, context, layout and encoding options (what the fit groups tell apart).
+    pub setting: RunSetting,
     /// Seed.
     pub seed: i64,
     /// Final accuracy (iGSM: generated-answer accuracy).
@@ -137,18 +130,14 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
                     Some(other) => other.to_string(),
                 },
                 block_len: bl[r].unwrap_or(0),
-                rope_base: base[r].unwrap_or(0.0),
-                seq_len: len[r].unwrap_or(0),
-                pair_layout: layout[r].clone().unwrap_or_default(),
-                options: [
-                    rope_p[r].map(|v| format!("rope_p={v}")),
-                    rotary_dim[r].map(|v| format!("rotary_dim={v}")),
-                    nope_every[r].map(|v| format!("nope_every={v}")),
-                ]
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
-                .join(" "),
+                setting: RunSetting {
+                    rope_base: base[r].unwrap_or(0.0),
+                    seq_len: len[r].unwrap_or(0),
+                    pair_layout: layout[r].clone().unwrap_or_default(),
+                    rope_p: rope_p[r],
+                    rotary_dim: rotary_dim[r],
+                    nope_every: nope_every[r],
+                },
                 seed: seed[r].unwrap_or(0),
                 // iGSM: the generated-answer accuracy (teacher-forced answer tokens are a copy).
                 acc: answer[r].or(acc[r]),
@@ -281,35 +270,11 @@ pub fn fits(sweep: &str, preset: &str, done: &[&RunRecord]) -> Vec<FitRow> {
     // rotary's rotary_dim, hybrid nope_every), and × rope_base × seq_len × pair_layout when the
     // sweep varies them (sweeps/base-vs-width.toml); the label names them, e.g.
     // `rope/copy base=100 L=512`, `p-rope/copy rope_p=0.25`.
-    let distinct = |f: &dyn Fn(&RunRecord) -> String| {
-        done.iter()
-            .map(|r| f(r))
-            .collect::<std::collections::BTreeSet<_>>()
-            .len()
-            > 1
-    };
-    let (by_base, by_len, by_layout) = (
-        distinct(&|r| format!("{}", r.rope_base)),
-        distinct(&|r| r.seq_len.to_string()),
-        distinct(&|r| r.pair_layout.clone()),
-    );
+    let settings: Vec<RunSetting> = done.iter().map(|r| r.setting.clone()).collect();
     let mut groups: BTreeMap<(String, String, String), Vec<&RunRecord>> = BTreeMap::new();
-    for r in done {
+    for (r, setting) in done.iter().zip(setting_labels(&settings)) {
         let encoding: Option<Encoding> = serde_json::from_value(serde_json::json!(r.encoding)).ok();
         if encoding.is_some_and(Encoding::is_rotary) {
-            let mut setting = String::new();
-            if by_base {
-                setting.push_str(&format!(" base={}", r.rope_base));
-            }
-            if by_len {
-                setting.push_str(&format!(" L={}", r.seq_len));
-            }
-            if by_layout {
-                setting.push_str(&format!(" {}", r.pair_layout));
-            }
-            if !r.options.is_empty() {
-                setting.push_str(&format!(" {}", r.options));
-            }
             groups
                 .entry((r.encoding.clone(), r.variant.clone(), setting))
                 .or_default()
@@ -639,10 +604,12 @@ mod tests {
             encoding: "rope".into(),
             variant: "copy".into(),
             block_len: b,
-            rope_base: 10000.0,
-            seq_len: 128,
-            pair_layout: "adjacent".into(),
-            options: String::new(),
+            setting: RunSetting {
+                rope_base: 10000.0,
+                seq_len: 128,
+                pair_layout: "adjacent".into(),
+                ..RunSetting::default()
+            },
             seed,
             acc: Some(1.0),
             theta: Some((theta_l0 * theta_l1).sqrt()),
@@ -672,7 +639,7 @@ mod tests {
         for (base, c) in [(100.0, 1.0), (1e6, 3.0)] {
             for b in [4, 16, 64] {
                 let mut r = rec(0, b, c / b as f64, 0.01);
-                r.rope_base = base;
+                r.setting.rope_base = base;
                 runs.push(r);
             }
         }
@@ -692,7 +659,7 @@ mod tests {
         let mut hybrid = runs[..3].to_vec();
         hybrid
             .iter_mut()
-            .for_each(|r| r.options = "nope_every=2".into());
+            .for_each(|r| r.setting.nope_every = Some(2));
         let both: Vec<&RunRecord> = runs[..3].iter().chain(&hybrid).collect();
         let groups: std::collections::BTreeSet<String> =
             fits("x", "q", &both).into_iter().map(|r| r.group).collect();
