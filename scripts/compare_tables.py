@@ -2,9 +2,15 @@
 """Compare two results folders table by table (e.g. a sweep's smoke preset before and after a
 refactor): same rows, same values, timing columns aside.
 
-Usage: python3 scripts/compare_tables.py BEFORE AFTER
+Usage: python3 scripts/compare_tables.py [--schema-change] BEFORE AFTER
 Prints, per table, the rows and the largest absolute difference of every differing numeric column;
 exits 1 when a table or a non-timing value differs.
+
+--schema-change: BEFORE was written by a lab of an older schema version (run ids and the canonical
+config JSON differ by design): in BEFORE the parameters of tasks other than the row's own (which
+schema 2 no longer gives a run: null after) are set to null first, and counted; runs are matched
+on their config columns and BEFORE's run ids replaced by AFTER's; eval_id, config_json and
+schema_version are left out; rows are sorted on every compared column.
 """
 
 import math
@@ -14,15 +20,53 @@ from pathlib import Path
 import polars as pl
 
 TIMING = ("wall", "ms_per", "probe_ms", "tokens_per_s", "time", "host", "pid", "created")
+IDENTITY = ("eval_id", "config_json", "schema_version")
+# Each task's own parameters (lab/src/task.rs); schema 1 wrote every task's in every row.
+TASK_PARAMS = {
+    "block": ("variant", "block_len", "noise"),
+    "indirect": ("min_letters", "max_letters", "max_shift"),
+    "igsm": ("ops", "distractors"),
+    "needle": ("needle_depth", "key_len", "value_len", "haystack"),
+    "corpus": ("corpus", "granularity"),
+}
+
+
+def drop_foreign_params(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
+    """Null every task parameter of a row whose task does not have it; how many were set."""
+    if "task" not in df.columns:
+        return df, 0
+    n = 0
+    for c in sorted({c for ps in TASK_PARAMS.values() for c in ps} & set(df.columns)):
+        owners = [t for t, ps in TASK_PARAMS.items() if c in ps]
+        foreign = ~pl.col("task").is_in(owners)
+        n += df.filter(foreign & pl.col(c).is_not_null()).height
+        df = df.with_columns(pl.when(foreign).then(None).otherwise(pl.col(c)).alias(c))
+    return df, n
 
 
 def is_timing(col: str) -> bool:
     return any(t in col for t in TIMING)
 
 
+def run_id_map(before: Path, after: Path) -> dict[str, str]:
+    """BEFORE's run id → AFTER's, matching runs on every column but the identity and timing ones."""
+    if not (before / "runs.parquet").exists() or not (after / "runs.parquet").exists():
+        return {}
+    b, _ = drop_foreign_params(pl.read_parquet(before / "runs.parquet"))
+    a = pl.read_parquet(after / "runs.parquet")
+    cols = [c for c in b.columns if c in a.columns and not is_timing(c)
+            and c not in IDENTITY and c != "run_id"]
+    b, a = b.sort(cols, nulls_last=True), a.sort(cols, nulls_last=True)
+    return dict(zip(b["run_id"].to_list(), a["run_id"].to_list()))
+
+
 def main() -> int:
-    before, after = Path(sys.argv[1]), Path(sys.argv[2])
+    args = sys.argv[1:]
+    schema_change = "--schema-change" in args
+    args = [a for a in args if a != "--schema-change"]
+    before, after = Path(args[0]), Path(args[1])
     bad = 0
+    ids = run_id_map(before, after) if schema_change else {}
     for fb in sorted(before.glob("*.parquet")):
         fa = after / fb.name
         if not fa.exists():
@@ -30,9 +74,18 @@ def main() -> int:
             bad += 1
             continue
         a, b = pl.read_parquet(fa), pl.read_parquet(fb)
+        dropped = 0
+        if schema_change:
+            b, dropped = drop_foreign_params(b)
+            if "run_id" in b.columns:
+                b = b.with_columns(pl.col("run_id").replace_strict(ids, default=None))
         cols = [c for c in b.columns if c in a.columns and not is_timing(c)]
+        if schema_change:
+            cols = [c for c in cols if c not in IDENTITY]
         only = sorted(set(a.columns) ^ set(b.columns))
         keys = [c for c in cols if b[c].dtype in (pl.Utf8, pl.Int64, pl.Int32, pl.Boolean)]
+        if schema_change:
+            keys = cols
         a, b = a.select(cols).sort(keys, nulls_last=True), b.select(cols).sort(keys, nulls_last=True)
         if a.height != b.height:
             print(f"{fb.name}: {b.height} rows before, {a.height} after")
@@ -54,6 +107,8 @@ def main() -> int:
                 diffs.append(f"{c} differs")
         status = "identical" if not diffs else "; ".join(diffs)
         extra = f" (columns only on one side: {', '.join(only)})" if only else ""
+        if dropped:
+            extra += f" ({dropped} values of other tasks' parameters null after)"
         print(f"{fb.name}: {b.height} rows, {status}{extra}")
         bad += bool(diffs)
     return 1 if bad else 0

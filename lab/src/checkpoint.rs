@@ -76,8 +76,7 @@ pub fn load(path: &Path, device: &Device) -> Result<(RunConfig, Transformer), Ch
     };
     let text =
         std::fs::read_to_string(dir.join(CONFIG)).map_err(|e| invalid(format!("{CONFIG}: {e}")))?;
-    let cfg: RunConfig =
-        serde_json::from_str(&text).map_err(|e| invalid(format!("{CONFIG}: {e}")))?;
+    let cfg = RunConfig::from_json(&text).map_err(|e| invalid(format!("{CONFIG}: {e}")))?;
     if !dir.join(WEIGHTS).is_file() {
         return Err(invalid(format!("no {WEIGHTS} (was the run finished?)")));
     }

@@ -6,11 +6,6 @@
 //! unknown names are rejected with the closest valid one.
 
 use serde::{Deserialize, Serialize};
-use tasks::block::{BlockConfig, BlockVariant};
-use tasks::igsm::IgsmConfig;
-use tasks::indirect::IndirectConfig;
-use tasks::needle::{Haystack, NeedleConfig};
-use tasks::text::TextConfig;
 use tasks::{Example, Split, TaskError};
 
 use crate::model::{AttentionKernel, DeltaInit, Encoding, ModelConfig, PairLayout, TapaPhase};
@@ -20,6 +15,7 @@ pub const RUN_WIDTH_EXAMPLES: usize = 256;
 
 pub use crate::hint::did_you_mean;
 pub use crate::store::SCHEMA_VERSION;
+pub use crate::task::{CORPUS_EVAL_FRACTION, TaskConfig, TaskGen, TaskKind};
 
 /// Error for an invalid configuration value: one line naming the field and its allowed range.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -49,14 +45,13 @@ impl ConfigError {
     }
 }
 
-/// Every [`RunConfig`] field name, in declaration order (checked by a test).
+/// Every key a sweep file or `--set` may give a run: [`RunConfig`]'s fields in declaration order
+/// (`task` naming the task), then every task's own parameters ([`crate::task`]), in registry
+/// order (checked by a test).
 pub const FIELDS: &[&str] = &[
     "task",
-    "variant",
     "vocab_size",
     "seq_len",
-    "block_len",
-    "noise",
     "encoding",
     "rope_base",
     "pair_layout",
@@ -81,20 +76,9 @@ pub const FIELDS: &[&str] = &[
     "tapa_rho",
     "tapa_alpha",
     "tapa_phase",
-    "min_letters",
-    "max_letters",
-    "max_shift",
     "train_examples",
     "attention",
-    "ops",
-    "distractors",
-    "needle_depth",
-    "key_len",
-    "value_len",
-    "haystack",
     "max_grad_norm",
-    "corpus",
-    "granularity",
     "stop",
     "min_steps",
     "stop_window",
@@ -102,102 +86,21 @@ pub const FIELDS: &[&str] = &[
     "rope_p",
     "rotary_dim",
     "nope_every",
+    "variant",
+    "block_len",
+    "noise",
+    "min_letters",
+    "max_letters",
+    "max_shift",
+    "ops",
+    "distractors",
+    "needle_depth",
+    "key_len",
+    "value_len",
+    "haystack",
+    "corpus",
+    "granularity",
 ];
-
-/// Task family of a run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TaskKind {
-    /// Block-structured sequences (SCIENCE.md §2), variant chosen by `variant`.
-    Block,
-    /// Indirect indexing (PoPE's diagnostic, SCIENCE.md §2): `min_letters`, `max_letters`,
-    /// `max_shift`, `seq_len`; `vocab_size` must be at least the task's character vocabulary.
-    Indirect,
-    /// iGSM-style modular arithmetic (SCIENCE.md §2): `ops`, `distractors`, `seq_len`. Loss and
-    /// (teacher-forced) accuracy on the whole solution; the sweep runner adds the answer accuracy
-    /// of greedy-decoded solutions (`answer_accuracy`, [`crate::decode`]).
-    Igsm,
-    /// Needle retrieval (SCIENCE.md §2): `needle_depth`, `key_len`, `value_len`, `haystack`,
-    /// `seq_len`; loss and accuracy on the value tokens.
-    Needle,
-    /// Language modelling on a real corpus (SCIENCE.md §2, real sequences): `corpus`,
-    /// `granularity`, `seq_len`; windows of the corpus's token stream from `data/` (or
-    /// `$LAB_DATA_DIR`), the last [`CORPUS_EVAL_FRACTION`] of the stream held out; every
-    /// position scored. `vocab_size` must cover the granularity's vocabulary.
-    Corpus,
-}
-
-/// Fraction of a corpus's token stream (its end) held out for evaluation.
-pub const CORPUS_EVAL_FRACTION: f64 = 0.1;
-
-impl TaskKind {
-    /// Lower-case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            TaskKind::Block => "block",
-            TaskKind::Indirect => "indirect",
-            TaskKind::Igsm => "igsm",
-            TaskKind::Needle => "needle",
-            TaskKind::Corpus => "corpus",
-        }
-    }
-}
-
-/// A run's data generator.
-#[derive(Clone, Debug, PartialEq)]
-pub enum TaskGen {
-    /// Block task.
-    Block(BlockConfig),
-    /// Indirect indexing.
-    Indirect(IndirectConfig),
-    /// iGSM arithmetic.
-    Igsm(IgsmConfig),
-    /// Needle retrieval.
-    Needle(NeedleConfig),
-    /// Corpus language modelling.
-    Corpus(TextConfig),
-}
-
-impl TaskGen {
-    /// Examples `index0..index0+n` of `split` for `seed` (see the `tasks` crate).
-    pub fn batch(
-        &self,
-        seed: u64,
-        split: Split,
-        index0: u64,
-        n: usize,
-    ) -> Result<Vec<Example>, TaskError> {
-        match self {
-            TaskGen::Block(c) => c.batch(seed, split, index0, n),
-            TaskGen::Indirect(c) => c.batch(seed, split, index0, n),
-            TaskGen::Igsm(c) => c.batch(seed, split, index0, n),
-            TaskGen::Needle(c) => c.batch(seed, split, index0, n),
-            TaskGen::Corpus(c) => c.batch(seed, split, index0, n),
-        }
-    }
-
-    /// Smallest vocabulary the task's token ids fit in (`None`: set by `vocab_size` itself).
-    pub fn vocab_needed(&self) -> Option<usize> {
-        match self {
-            TaskGen::Block(_) => None,
-            TaskGen::Indirect(_) => Some(tasks::indirect::vocab_size()),
-            TaskGen::Igsm(_) => Some(tasks::igsm::vocab_size()),
-            TaskGen::Needle(_) => Some(tasks::needle::vocab_size()),
-            TaskGen::Corpus(c) => c.vocab_size().ok(),
-        }
-    }
-
-    /// Validate the generator's own parameters.
-    pub fn validate(&self) -> Result<(), TaskError> {
-        match self {
-            TaskGen::Block(c) => c.validate(),
-            TaskGen::Indirect(c) => c.validate(),
-            TaskGen::Igsm(c) => c.validate(),
-            TaskGen::Needle(c) => c.validate(),
-            TaskGen::Corpus(c) => c.validate(),
-        }
-    }
-}
 
 fn default_delta_init() -> DeltaInit {
     DeltaInit::Zero
@@ -210,33 +113,6 @@ fn default_tapa_alpha() -> f64 {
 }
 fn default_tapa_phase() -> TapaPhase {
     TapaPhase::Quadratic
-}
-fn default_min_letters() -> usize {
-    20
-}
-fn default_max_letters() -> usize {
-    40
-}
-fn default_max_shift() -> usize {
-    15
-}
-fn default_ops() -> usize {
-    4
-}
-fn default_distractors() -> usize {
-    4
-}
-fn default_needle_depth() -> f64 {
-    -1.0
-}
-fn default_key_len() -> usize {
-    3
-}
-fn default_value_len() -> usize {
-    4
-}
-fn default_haystack() -> Haystack {
-    Haystack::Noise
 }
 /// Default [`RunConfig::max_grad_norm`]: orders of magnitude above the gradient norms of a
 /// run that trains (clipping is at `grad_clip`, typically 1).
@@ -284,18 +160,13 @@ fn default_max_grad_norm() -> f64 {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunConfig {
-    /// Task family.
-    pub task: TaskKind,
-    /// Block task variant: `copy` or `recall`.
-    pub variant: BlockVariant,
+    /// The task and its own parameters ([`crate::task`]); in sweep files `task = "block"` with
+    /// the task's parameters as flat keys beside it.
+    pub task: TaskConfig,
     /// Vocabulary size.
     pub vocab_size: usize,
     /// Context length (tokens per training sequence).
     pub seq_len: usize,
-    /// Block length `B` (the dependency width knob).
-    pub block_len: usize,
-    /// Copy-noise probability ε in `[0, 1]`.
-    pub noise: f64,
     /// Positional encoding.
     pub encoding: Encoding,
     /// RoPE base.
@@ -348,15 +219,6 @@ pub struct RunConfig {
     /// TAPA: `quadratic` (the paper) or `linear` (ablation) phase.
     #[serde(default = "default_tapa_phase")]
     pub tapa_phase: TapaPhase,
-    /// Indirect indexing: fewest letters in the source string.
-    #[serde(default = "default_min_letters")]
-    pub min_letters: usize,
-    /// Indirect indexing: most letters in the source string.
-    #[serde(default = "default_max_letters")]
-    pub max_letters: usize,
-    /// Indirect indexing: largest absolute shift.
-    #[serde(default = "default_max_shift")]
-    pub max_shift: usize,
     /// Size of the training set: example indices wrap modulo this (several passes over a fixed
     /// set, as in the papers); 0 = an endless stream of fresh examples.
     #[serde(default)]
@@ -364,36 +226,10 @@ pub struct RunConfig {
     /// Attention implementation: `fused` (default) or `reference` (same maths, burn ops).
     #[serde(default)]
     pub attention: AttentionKernel,
-    /// iGSM: arithmetic operations on the solution path.
-    #[serde(default = "default_ops")]
-    pub ops: usize,
-    /// iGSM: quantities the question does not need.
-    #[serde(default = "default_distractors")]
-    pub distractors: usize,
-    /// Needle: relative depth of the needle in `[0, 1]`; negative = uniform random per example.
-    #[serde(default = "default_needle_depth")]
-    pub needle_depth: f64,
-    /// Needle: key length, characters.
-    #[serde(default = "default_key_len")]
-    pub key_len: usize,
-    /// Needle: value length, digits (the scored tokens).
-    #[serde(default = "default_value_len")]
-    pub value_len: usize,
-    /// Needle: haystack, `noise` (random letters) or `pairs` (distractor key:value records).
-    #[serde(default = "default_haystack")]
-    pub haystack: Haystack,
     /// Divergence guard: a pre-clip global gradient norm above this stops the run as failed
     /// (exploding gradients), like a non-finite loss or gradient norm does; 0 disables it.
     #[serde(default = "default_max_grad_norm")]
     pub max_grad_norm: f64,
-    /// Corpus task: corpus name (`shakespeare`, `ecoli`, `chorales`); empty for other tasks
-    /// (then not serialised, so other runs' ids are unchanged).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub corpus: String,
-    /// Corpus task: granularity (`char`, `word`, `bpe-V`, `token`, …; see
-    /// `tasks::granularity`); empty for other tasks.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub granularity: String,
     /// Stopping rule: `steps` (default: train `steps` steps) or `spectrum` (stop when every
     /// layer's θ_eff has converged, docs/analysis-rules.md R3; `steps` is then the cap).
     /// The four stopping fields are serialised only when not at their defaults, so the ids of
@@ -444,11 +280,39 @@ fn is_default_rope_p(v: &f64) -> bool {
 /// One line naming the field: `steps: invalid type: string "four", expected usize`, or serde's
 /// unknown-field message with the closest field name appended.
 pub fn from_toml(table: toml::Table) -> Result<RunConfig, String> {
+    let table = crate::task::nest_task_fields(table)?;
     serde_path_to_error::deserialize(toml::Value::Table(table))
         .map_err(|e| crate::hint::at_field(&e.path().to_string(), e.inner().message()))
 }
 
+/// A [`RunConfig`] from flat JSON (the keys of a sweep file, the task's parameters beside
+/// `task`), as [`from_toml`] reads a sweep's table.
+///
+/// # Errors
+/// One line naming the field, as [`from_toml`].
+pub fn from_flat_json(value: serde_json::Value) -> Result<RunConfig, String> {
+    let table = toml::Table::try_from(value).map_err(|e| e.to_string())?;
+    from_toml(table)
+}
+
 impl RunConfig {
+    /// A run config from its JSON (a run folder's `config.json`, a run's `config_json`).
+    ///
+    /// # Errors
+    /// One line: a config written by a lab of schema 1 (every task's parameters flat beside
+    /// `task`, before tasks had their own section), or serde's message naming the field.
+    pub fn from_json(text: &str) -> Result<RunConfig, String> {
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if value.get("task").is_some_and(|t| t.is_string()) {
+            return Err(format!(
+                "a run config of schema 1 (an older lab, task parameters beside `task`); this \
+                 lab reads schema {SCHEMA_VERSION}: run its sweep again (the runs get new ids)"
+            ));
+        }
+        serde_path_to_error::deserialize(value)
+            .map_err(|e| crate::hint::at_field(&e.path().to_string(), &e.inner().to_string()))
+    }
+
     /// Check every field; the first violation is returned as a one-line [`ConfigError`].
     pub fn validate(&self) -> Result<(), ConfigError> {
         fn range<T: PartialOrd + std::fmt::Display + Copy>(
@@ -576,7 +440,7 @@ impl RunConfig {
                 self.vocab_size,
                 format!(
                     "must be ≥ {need} (the {} task's character vocabulary)",
-                    self.task.name()
+                    self.task.kind().name()
                 ),
             ));
         }
@@ -609,51 +473,7 @@ impl RunConfig {
 
     /// The run's data generator.
     pub fn task(&self) -> TaskGen {
-        match self.task {
-            TaskKind::Block => TaskGen::Block(self.block_task()),
-            TaskKind::Indirect => TaskGen::Indirect(IndirectConfig {
-                min_letters: self.min_letters,
-                max_letters: self.max_letters,
-                max_shift: self.max_shift,
-                seq_len: self.seq_len,
-            }),
-            TaskKind::Igsm => TaskGen::Igsm(IgsmConfig {
-                ops: self.ops,
-                distractors: self.distractors,
-                seq_len: self.seq_len,
-                ..IgsmConfig::default()
-            }),
-            TaskKind::Needle => TaskGen::Needle(NeedleConfig {
-                seq_len: self.seq_len,
-                depth: (self.needle_depth >= 0.0).then_some(self.needle_depth),
-                key_len: self.key_len,
-                value_len: self.value_len,
-                haystack: self.haystack,
-            }),
-            TaskKind::Corpus => TaskGen::Corpus(self.text_task()),
-        }
-    }
-
-    /// The corpus-task generator config (meaningful when `task = corpus`).
-    pub fn text_task(&self) -> TextConfig {
-        TextConfig {
-            corpus: self.corpus.clone(),
-            granularity: self.granularity.clone(),
-            seq_len: self.seq_len,
-            eval_fraction: CORPUS_EVAL_FRACTION,
-            data_dir: tasks::text::default_data_dir(),
-        }
-    }
-
-    /// The block-task generator config (meaningful when `task = block`).
-    pub fn block_task(&self) -> BlockConfig {
-        BlockConfig {
-            variant: self.variant,
-            vocab_size: self.vocab_size,
-            seq_len: self.seq_len,
-            block_len: self.block_len,
-            noise: self.noise,
-        }
+        self.task.generator(self.vocab_size, self.seq_len)
     }
 
     /// The model config.
@@ -678,28 +498,23 @@ impl RunConfig {
         }
     }
 
-    /// Dependency width `W` of the run's data in tokens (SCIENCE.md §2): `B` for the block task;
-    /// for indirect indexing, the largest distance between the answer and the letter it is
-    /// retrieved from (`max_letters + max_shift`-ish: the source string's length bound
-    /// `max_letters`).
+    /// Dependency width `W` of the run's data in tokens ([`TaskConfig::dep_width`]).
     pub fn dep_width(&self) -> usize {
-        match self.task {
-            TaskKind::Block => self.block_task().dep_width(),
-            TaskKind::Indirect => self.max_letters,
-            // The longest problem (statements + solution), which grows with `ops`.
-            TaskKind::Igsm => match self.task() {
-                TaskGen::Igsm(c) => c.min_seq_len(),
-                _ => unreachable!(),
-            },
-            // The answer is copied from anywhere in the context.
-            TaskKind::Needle => self.seq_len,
-            // The width W measured from the corpus's MI profile (up to seq_len lags), or seq_len
-            // when nothing is significant or the corpus is missing.
-            TaskKind::Corpus => {
-                crate::mi::corpus_dep_width(&self.corpus, &self.granularity, self.seq_len)
-                    .unwrap_or(self.seq_len)
-            }
-        }
+        self.task.dep_width(self.vocab_size, self.seq_len)
+    }
+
+    /// The config as flat `key → value` pairs: the task's parameters beside the other fields
+    /// and `task` holding the task's name (the form of sweep files and of the `runs` table's
+    /// columns).
+    pub fn flat(&self) -> serde_json::Map<String, serde_json::Value> {
+        let serde_json::Value::Object(mut m) =
+            serde_json::to_value(self).expect("RunConfig serialises")
+        else {
+            unreachable!("a struct serialises to an object")
+        };
+        m.remove("task");
+        m.extend(self.task.flat());
+        m
     }
 
     /// The dependency width of the run's own training data from its MI profile
@@ -776,12 +591,13 @@ pub(crate) mod tests {
     /// A small valid config used across the crate's tests.
     pub fn tiny() -> RunConfig {
         RunConfig {
-            task: TaskKind::Block,
-            variant: BlockVariant::Copy,
+            task: TaskConfig::Block(tasks::block::BlockParams {
+                variant: tasks::block::BlockVariant::Copy,
+                block_len: 4,
+                noise: 0.0,
+            }),
             vocab_size: 16,
             seq_len: 16,
-            block_len: 4,
-            noise: 0.0,
             encoding: Encoding::Rope,
             rope_base: 10000.0,
             pair_layout: PairLayout::Adjacent,
@@ -806,20 +622,9 @@ pub(crate) mod tests {
             tapa_rho: 0.5,
             tapa_alpha: 0.1,
             tapa_phase: TapaPhase::Quadratic,
-            min_letters: 20,
-            max_letters: 40,
-            max_shift: 15,
             train_examples: 0,
             attention: AttentionKernel::Fused,
-            ops: 4,
-            distractors: 4,
-            needle_depth: -1.0,
-            key_len: 3,
-            value_len: 4,
-            haystack: Haystack::Noise,
             max_grad_norm: DEFAULT_MAX_GRAD_NORM,
-            corpus: String::new(),
-            granularity: String::new(),
             stop: StopRule::Steps,
             min_steps: 0,
             stop_window: 3,
@@ -835,10 +640,12 @@ pub(crate) mod tests {
     #[test]
     fn igsm_scores_the_solution_and_needle_the_value() {
         let mut cfg = tiny();
-        cfg.task = TaskKind::Igsm;
+        cfg.task = TaskConfig::Igsm(tasks::igsm::IgsmParams {
+            ops: 3,
+            ..Default::default()
+        });
         cfg.vocab_size = 72;
         cfg.seq_len = 160;
-        cfg.ops = 3;
         cfg.validate().unwrap();
         let train = cfg.task().batch(0, Split::Train, 0, 4).unwrap();
         let eval = cfg.task().batch(0, Split::Eval, 0, 4).unwrap();
@@ -852,11 +659,13 @@ pub(crate) mod tests {
             "vocab_size = 40 is out of range: must be ≥ 72 (the igsm task's character vocabulary)"
         );
         let mut cfg = tiny();
-        cfg.task = TaskKind::Needle;
+        cfg.task = TaskConfig::Needle(tasks::needle::NeedleParams {
+            value_len: 3,
+            needle_depth: 0.5,
+            ..Default::default()
+        });
         cfg.vocab_size = 66;
         cfg.seq_len = 40;
-        cfg.value_len = 3;
-        cfg.needle_depth = 0.5;
         cfg.validate().unwrap();
         let ex = &cfg.task().batch(0, Split::Eval, 0, 1).unwrap()[0];
         assert_eq!(ex.mask.iter().filter(|&&m| m).count(), 3);
@@ -867,11 +676,10 @@ pub(crate) mod tests {
     fn fields_list_matches_struct() {
         let v = serde_json::to_value(tiny()).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
-        // empty for non-corpus runs, and the stopping and encoding options at their defaults:
-        // not serialised
+        // every task's own parameters
+        keys.extend(crate::task::all_params());
+        // the stopping and encoding options at their defaults: not serialised
         keys.extend([
-            "corpus",
-            "granularity",
             "stop",
             "min_steps",
             "stop_window",
@@ -885,6 +693,48 @@ pub(crate) mod tests {
         let mut keys_sorted = keys.clone();
         keys_sorted.sort();
         assert_eq!(keys_sorted, sorted);
+    }
+
+    /// A sweep's flat keys become the run's task section; a serialised config reads back; the
+    /// canonical JSON holds only the run's own task parameters.
+    #[test]
+    fn flat_tables_nest_into_the_task_section() {
+        let mut t = toml::Table::try_from(tiny().flat()).unwrap();
+        assert_eq!(t["task"].as_str(), Some("block"));
+        assert_eq!(from_toml(t.clone()).unwrap(), tiny());
+        let nested = toml::Table::try_from(tiny()).unwrap();
+        assert_eq!(from_toml(nested).unwrap(), tiny());
+        let json = tiny().canonical_json();
+        assert!(json.starts_with(
+            r#"{"task":{"kind":"block","variant":"copy","block_len":4,"noise":0.0},"vocab_size":16"#
+        ), "{json}");
+        assert!(!json.contains("max_letters") && !json.contains("corpus"));
+        t.insert("ops".into(), toml::Value::Integer(3));
+        assert!(
+            from_toml(t)
+                .unwrap_err()
+                .starts_with("ops: a parameter of task igsm")
+        );
+    }
+
+    /// A schema-1 `config.json` (flat task parameters) gets one line saying what to do.
+    #[test]
+    fn schema_1_configs_are_named() {
+        let mut old = tiny().flat();
+        old.insert("ops".into(), 4.into());
+        let e = RunConfig::from_json(&serde_json::Value::Object(old).to_string()).unwrap_err();
+        assert!(e.starts_with("a run config of schema 1"), "{e}");
+        assert_eq!(
+            RunConfig::from_json(&tiny().canonical_json()).unwrap(),
+            tiny()
+        );
+        let bad = tiny()
+            .canonical_json()
+            .replace(r#""steps":4"#, r#""steps":"four""#);
+        assert_eq!(
+            RunConfig::from_json(&bad).unwrap_err(),
+            "steps: invalid type: string \"four\", expected usize"
+        );
     }
 
     #[test]
@@ -956,7 +806,11 @@ pub(crate) mod tests {
             "stop_tol = NaN is out of range: must be in (0, 10]"
         );
         let mut c = tiny();
-        c.block_len = 99;
+        c.task = TaskConfig::Block(tasks::block::BlockParams {
+            variant: tasks::block::BlockVariant::Copy,
+            block_len: 99,
+            noise: 0.0,
+        });
         let msg = c.validate().unwrap_err().to_string();
         assert!(msg.contains("block_len"), "{msg}");
         assert!(!msg.contains('\n'));

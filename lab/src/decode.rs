@@ -129,11 +129,12 @@ mod tests {
     #[test]
     fn untrained_model_decodes_and_terminates() {
         let mut cfg = crate::config::tests::tiny();
-        cfg.task = crate::config::TaskKind::Igsm;
+        cfg.task = crate::config::TaskConfig::Igsm(tasks::igsm::IgsmParams {
+            ops: 2,
+            distractors: 0,
+        });
         cfg.vocab_size = 72;
         cfg.seq_len = 80;
-        cfg.ops = 2;
-        cfg.distractors = 0;
         cfg.validate().unwrap();
         let device = Device::flex();
         let model = cfg.model().init(cfg.seed, &device);

@@ -337,30 +337,29 @@ pub fn evals_row(
         .as_str()
         .unwrap()
         .to_string();
+    // The evaluated task's parameters (null where the task has no such parameter).
+    let flat = out.config.flat();
+    let flat_str = |m: &serde_json::Map<String, serde_json::Value>, k: &str| {
+        m.get(k).and_then(|v| v.as_str()).map(str::to_string)
+    };
     TableBuilder::new(1)
         .str("run_id", vec![train_cfg.run_id()])
         .str("eval_id", vec![out.eval_id.clone()])
         .str("eval_name", vec![name.to_string()])
-        .str("task", vec![out.config.task.name().to_string()])
-        .str(
-            "variant",
-            vec![
-                serde_json::to_value(out.config.variant)
-                    .unwrap()
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            ],
-        )
+        .str("task", vec![out.config.task.kind().name().to_string()])
+        .opt_str("variant", vec![flat_str(&flat, "variant")])
         .str("encoding", vec![out.config.encoding.name().to_string()])
-        .str("corpus", vec![out.config.corpus.clone()])
+        .opt_str("corpus", vec![flat_str(&flat, "corpus")])
         .i64("train_seq_len", vec![out.train_seq_len as i64])
         .i64("seq_len", vec![out.config.seq_len as i64])
         .f64(
             "length_ratio",
             vec![out.config.seq_len as f64 / out.train_seq_len as f64],
         )
-        .i64("block_len", vec![out.config.block_len as i64])
+        .opt_i64(
+            "block_len",
+            vec![flat.get("block_len").and_then(|v| v.as_i64())],
+        )
         .str("scaling", vec![kind])
         .f64("factor", vec![scaling.factor])
         .f64("attention_factor", vec![out.attention_factor])

@@ -26,6 +26,7 @@ pub mod probe;
 pub mod results;
 pub mod store;
 pub mod sweep;
+pub mod task;
 pub mod train;
 
 pub use tasks;

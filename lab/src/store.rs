@@ -18,7 +18,12 @@ use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
 
 /// Version of the lab's table schemas and run-identity hash. Bump when a column changes meaning.
-pub const SCHEMA_VERSION: i32 = 1;
+///
+/// 2 (2026-12-02): a run's task parameters form its own section (config JSON
+/// `"task": {"kind": "block", "variant": …}`), so run ids changed, and a run's tables hold only
+/// its own task's parameters (`variant`, `block_len`, `noise` are null for a non-block run).
+/// 1: every task's parameters in every run.
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Errors of the results layer.
 #[derive(Debug, thiserror::Error)]

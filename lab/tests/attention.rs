@@ -214,7 +214,7 @@ fn causal_mask_holds_for_every_encoding() {
 /// PoPE's δ stays in [−2π, 0] after optimiser steps with a large learning rate.
 #[test]
 fn pope_delta_stays_in_range_after_training() {
-    let cfg: RunConfig = serde_json::from_value(serde_json::json!({
+    let cfg: RunConfig = lab::config::from_flat_json(serde_json::json!({
         "task": "block", "variant": "copy", "vocab_size": 16, "seq_len": 16, "block_len": 4,
         "noise": 0.0, "encoding": "pope", "rope_base": 100.0, "pair_layout": "adjacent",
         "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32, "steps": 8, "batch_size": 4,

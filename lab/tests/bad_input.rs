@@ -431,6 +431,35 @@ fn evals_are_checked_at_plan_time() {
     );
 }
 
+/// A task has its own parameters (issue 15): a parameter of another task in a sweep file, or in
+/// an `[[evals]]` entry that applies to the run, is refused by name before anything trains.
+#[test]
+fn another_tasks_parameter_is_refused_by_name() {
+    let dir = tmp("task-params");
+    let f = edited_sweep(&dir, "ops.toml", "noise = 0.0", "noise = 0.0\nops = 3");
+    let err = one_line_error(&f, "fixed300", &dir.join("out"));
+    assert!(
+        err.ends_with(
+            "ops: a parameter of task igsm, not of this run's task block; remove it, or set it only for runs with task = \"igsm\" (in their [[arms]])"
+        ),
+        "{err}"
+    );
+    let f = edited_sweep(
+        &dir,
+        "evals-ops.toml",
+        "ablate = [\"law\", \"far\"]",
+        "ablate = [\"law\", \"far\"]\nset = { ops = 3 }",
+    );
+    let err = one_line_error(&f, "fixed300", &dir.join("out"));
+    assert!(
+        err.ends_with(
+            "[[evals]] `ablation`: `ops` is a parameter of task igsm, not of this run's task block; restrict the entry with tasks = [\"igsm\"]"
+        ),
+        "{err}"
+    );
+    assert!(!dir.join("out").exists());
+}
+
 /// `lab eval --set` refuses what the trained model fixes, by name, instead of recording an
 /// evaluation as if the change had been applied (issue 16).
 #[test]
@@ -458,7 +487,7 @@ fn eval_set_refuses_fields_the_model_fixes() {
         );
     }
     let ok = lab::eval::apply_overrides(&cfg, &["block_len=8".to_string()]).unwrap();
-    assert_eq!(ok.block_len, 8);
+    assert_eq!(ok.task.block().unwrap().block_len, 8);
 }
 
 /// `lab mi --task` without --max-lag profiles every lag of the task's examples (it failed with

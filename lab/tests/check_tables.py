@@ -6,6 +6,7 @@ The expected schemas are those documented in results/README.md. Exits non-zero w
 message per problem. Run by `cargo test` (lab/tests/sweep_smoke.rs) on a smoke sweep.
 """
 
+import json
 import sys
 from pathlib import Path
 
@@ -27,9 +28,7 @@ EXPECTED = {
         "weight_decay": F64, "beta1": F64, "beta2": F64, "adam_eps": F64, "grad_clip": F64,
         "eval_every": I64, "eval_batches": I64, "seed": I64,
         "pope_delta_init": S, "tapa_rho": F64, "tapa_alpha": F64, "tapa_phase": S,
-        "min_letters": I64, "max_letters": I64, "max_shift": I64, "train_examples": I64, "attention": S,
-        "ops": I64, "distractors": I64, "needle_depth": F64, "key_len": I64, "value_len": I64,
-        "haystack": S, "max_grad_norm": F64,
+        "train_examples": I64, "attention": S, "max_grad_norm": F64,
         "final_train_loss": F64, "final_eval_loss": F64, "final_eval_accuracy": F64,
         "answer_accuracy": F64, "solution_valid": F64,
         "init_eval_loss": F64, "effective_freq": F64, "effective_freq_init": F64,
@@ -87,6 +86,13 @@ def main() -> int:
     runs = pl.read_parquet(root / "runs.parquet")
     if runs["run_id"].n_unique() != runs.height:
         problems.append("runs: duplicate run_id")
+    # Schema 2: the config JSON holds the run's task as its own section, and the row the task's
+    # own parameters only (the undocumented-columns check above refuses other tasks' ones).
+    for task, cfg in zip(runs["task"], runs["config_json"]):
+        section = json.loads(cfg)["task"]
+        if not isinstance(section, dict) or section.get("kind") != task:
+            problems.append(f"runs: config_json task section {section!r} does not name task {task}")
+            break
     spectrum = pl.read_parquet(root / "spectrum.parquet")
     sums = spectrum.group_by(["run_id", "step", "layer", "head"]).agg(pl.col("energy_frac").sum())
     if (sums["energy_frac"] - 1.0).abs().max() > 1e-9:

@@ -227,7 +227,7 @@ fn run_config(extra: serde_json::Value) -> RunConfig {
     for (k, x) in extra.as_object().unwrap() {
         v[k] = x.clone();
     }
-    serde_json::from_value(v).unwrap()
+    lab::config::from_flat_json(v).unwrap()
 }
 
 #[test]

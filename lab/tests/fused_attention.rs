@@ -204,7 +204,7 @@ fn fused_attention_is_causal() {
 /// matrix products may sum in another order; that is not claimed here.
 #[test]
 fn fused_training_is_deterministic() {
-    let cfg: RunConfig = serde_json::from_value(serde_json::json!({
+    let cfg: RunConfig = lab::config::from_flat_json(serde_json::json!({
         "task": "block", "variant": "recall", "vocab_size": 16, "seq_len": 48, "block_len": 4,
         "noise": 0.0, "encoding": "pope", "rope_base": 100.0, "pair_layout": "adjacent",
         "d_model": 16, "n_layers": 2, "n_heads": 2, "d_ff": 32, "steps": 6, "batch_size": 4,

@@ -110,14 +110,18 @@ fn dna_and_prose_profiles_have_structure() {
 fn corpus_task_windows_are_split_by_position() {
     let Some(_) = have("ecoli") else { return };
     let mut cfg = base_config();
-    cfg.corpus = "ecoli".into();
-    cfg.granularity = "char".into();
+    cfg.task = lab::config::TaskConfig::Corpus(lab::tasks::text::TextParams {
+        corpus: "ecoli".into(),
+        granularity: "char".into(),
+    });
     cfg.vocab_size = 4;
     cfg.seq_len = 64;
     // SAFETY: every test of this binary that sets it sets the same value
     unsafe { std::env::set_var("LAB_DATA_DIR", data_dir()) };
     cfg.validate().unwrap();
-    let t = cfg.text_task();
+    let lab::config::TaskGen::Corpus(t) = cfg.task() else {
+        unreachable!("a corpus run")
+    };
     let n = t.stream().unwrap().ids.len();
     let cut = (0.9 * n as f64).round() as usize;
     let full = t.stream().unwrap();
@@ -151,8 +155,8 @@ fn base_config() -> lab::config::RunConfig {
     )
     .unwrap();
     let t: toml::Table = text.parse().unwrap();
-    let base = t["base"].clone();
-    serde_json::from_value(serde_json::to_value(base).unwrap()).unwrap()
+    let base = t["base"].as_table().unwrap().clone();
+    lab::config::from_toml(base).unwrap()
 }
 
 #[test]

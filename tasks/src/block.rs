@@ -142,6 +142,36 @@ pub struct BlockConfig {
     pub noise: f64,
 }
 
+/// The block task's own parameters in a training run (the run's task section; the run's
+/// `vocab_size` and `seq_len` complete them into a [`BlockConfig`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlockParams {
+    /// `copy` or `recall`.
+    pub variant: BlockVariant,
+    /// Block length `B`, tokens.
+    pub block_len: usize,
+    /// Corruption probability `ε` (default 0).
+    #[serde(default)]
+    pub noise: f64,
+}
+
+impl BlockParams {
+    /// Parameter names, in serialisation order (checked by a test).
+    pub const NAMES: &'static [&'static str] = &["variant", "block_len", "noise"];
+
+    /// The generator config for a run of `vocab_size` tokens and context `seq_len`.
+    pub fn config(&self, vocab_size: usize, seq_len: usize) -> BlockConfig {
+        BlockConfig {
+            variant: self.variant,
+            vocab_size,
+            seq_len,
+            block_len: self.block_len,
+            noise: self.noise,
+        }
+    }
+}
+
 impl BlockConfig {
     /// Check every field.
     ///

@@ -931,6 +931,42 @@ impl Default for IgsmConfig {
     }
 }
 
+/// iGSM's own parameters in a training run (the run's `seq_len` completes them into an
+/// [`IgsmConfig`] with its default alphabet, names and held-out fraction).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IgsmParams {
+    /// Arithmetic operations on the solution path.
+    pub ops: usize,
+    /// Quantities the question does not need.
+    pub distractors: usize,
+}
+
+impl Default for IgsmParams {
+    fn default() -> Self {
+        let c = IgsmConfig::default();
+        IgsmParams {
+            ops: c.ops,
+            distractors: c.distractors,
+        }
+    }
+}
+
+impl IgsmParams {
+    /// Parameter names, in serialisation order (checked by a test).
+    pub const NAMES: &'static [&'static str] = &["ops", "distractors"];
+
+    /// The generator config for a run with context `seq_len`.
+    pub fn config(&self, seq_len: usize) -> IgsmConfig {
+        IgsmConfig {
+            ops: self.ops,
+            distractors: self.distractors,
+            seq_len,
+            ..IgsmConfig::default()
+        }
+    }
+}
+
 impl IgsmConfig {
     /// Check every field.
     ///

@@ -314,6 +314,45 @@ impl Default for IndirectConfig {
     }
 }
 
+/// Indirect indexing's own parameters in a training run (the run's `seq_len` completes them
+/// into an [`IndirectConfig`]). Defaults are the paper's (20–40 letters, shifts up to ±15).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IndirectParams {
+    /// Fewest letters in the source string.
+    pub min_letters: usize,
+    /// Most letters in the source string.
+    pub max_letters: usize,
+    /// Largest absolute shift.
+    pub max_shift: usize,
+}
+
+impl Default for IndirectParams {
+    fn default() -> Self {
+        let c = IndirectConfig::default();
+        IndirectParams {
+            min_letters: c.min_letters,
+            max_letters: c.max_letters,
+            max_shift: c.max_shift,
+        }
+    }
+}
+
+impl IndirectParams {
+    /// Parameter names, in serialisation order (checked by a test).
+    pub const NAMES: &'static [&'static str] = &["min_letters", "max_letters", "max_shift"];
+
+    /// The generator config for a run with context `seq_len`.
+    pub fn config(&self, seq_len: usize) -> IndirectConfig {
+        IndirectConfig {
+            min_letters: self.min_letters,
+            max_letters: self.max_letters,
+            max_shift: self.max_shift,
+            seq_len,
+        }
+    }
+}
+
 impl IndirectConfig {
     /// Check every field.
     ///

@@ -211,6 +211,50 @@ pub struct NeedleSample {
     pub text: String,
 }
 
+/// The needle task's own parameters in a training run (the run's `seq_len` completes them into
+/// a [`NeedleConfig`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NeedleParams {
+    /// Relative depth of the needle in `[0, 1]`; negative = uniform random per example.
+    pub needle_depth: f64,
+    /// Key length, characters.
+    pub key_len: usize,
+    /// Value length, digits (the scored tokens).
+    pub value_len: usize,
+    /// `noise` (random letters) or `pairs` (distractor key:value records).
+    pub haystack: Haystack,
+}
+
+impl Default for NeedleParams {
+    fn default() -> Self {
+        let c = NeedleConfig::default();
+        NeedleParams {
+            needle_depth: c.depth.unwrap_or(-1.0),
+            key_len: c.key_len,
+            value_len: c.value_len,
+            haystack: c.haystack,
+        }
+    }
+}
+
+impl NeedleParams {
+    /// Parameter names, in serialisation order (checked by a test).
+    pub const NAMES: &'static [&'static str] =
+        &["needle_depth", "key_len", "value_len", "haystack"];
+
+    /// The generator config for a run with context `seq_len`.
+    pub fn config(&self, seq_len: usize) -> NeedleConfig {
+        NeedleConfig {
+            seq_len,
+            depth: (self.needle_depth >= 0.0).then_some(self.needle_depth),
+            key_len: self.key_len,
+            value_len: self.value_len,
+            haystack: self.haystack,
+        }
+    }
+}
+
 impl NeedleConfig {
     /// Check every field.
     ///

@@ -47,6 +47,34 @@ pub fn default_data_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("data"))
 }
 
+/// The corpus task's own parameters in a training run (the run's `seq_len` completes them into
+/// a [`TextConfig`] reading [`default_data_dir`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TextParams {
+    /// Corpus name (`shakespeare`, `ecoli`, `chorales`).
+    pub corpus: String,
+    /// Granularity name (`char`, `word`, `bpe-V`, `token`, …; see [`crate::granularity`]).
+    pub granularity: String,
+}
+
+impl TextParams {
+    /// Parameter names, in serialisation order (checked by a test).
+    pub const NAMES: &'static [&'static str] = &["corpus", "granularity"];
+
+    /// The generator config for a run with context `seq_len`, holding out the last
+    /// `eval_fraction` of the stream.
+    pub fn config(&self, seq_len: usize, eval_fraction: f64) -> TextConfig {
+        TextConfig {
+            corpus: self.corpus.clone(),
+            granularity: self.granularity.clone(),
+            seq_len,
+            eval_fraction,
+            data_dir: default_data_dir(),
+        }
+    }
+}
+
 impl TextConfig {
     fn corpus_err(&self, e: impl std::fmt::Display) -> TaskError {
         TaskError::Invalid {

@@ -20,12 +20,13 @@ pub struct RunMeta {
     pub backend: String,
 }
 
-/// The config as columns: every field of [`RunConfig`] becomes a column of its JSON type
-/// (strings → utf8, integers → int64, floats → float64), plus `dep_width`.
+/// The config as columns: every field of [`RunConfig`] and every parameter of the run's own task
+/// ([`RunConfig::flat`]) becomes a column of its JSON type (strings → utf8, integers → int64,
+/// floats → float64), plus `dep_width`. A parameter of another task is no column of this run
+/// (null once runs of several tasks are merged into one table).
 fn config_columns(mut t: TableBuilder, cfg: &RunConfig) -> TableBuilder {
-    let value = serde_json::to_value(cfg).expect("config serialises");
-    let obj = value.as_object().expect("config is an object");
-    for (k, v) in obj {
+    let obj = cfg.flat();
+    for (k, v) in &obj {
         t = match v {
             serde_json::Value::String(s) => t.str(k, vec![s.clone()]),
             serde_json::Value::Number(n) if n.is_f64() => t.f64(k, vec![n.as_f64().unwrap()]),

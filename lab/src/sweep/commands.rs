@@ -238,7 +238,7 @@ pub fn run_one_files(
         })?,
         None => Vec::new(),
     };
-    let cfg: RunConfig = serde_json::from_str(&read(config)?)
+    let cfg = RunConfig::from_json(&read(config)?)
         .map_err(|e| SweepError::Data(format!("{} is not a run config: {e}", config.display())))?;
     cfg.validate()
         .map_err(|e| SweepError::Data(format!("{}: {e}", config.display())))?;

@@ -272,7 +272,7 @@ pub fn run_one(
     )))?;
     let (mut out, model) = train::train(cfg, &device, progress);
     crate::checkpoint::save(&model, cfg, dir)?;
-    if cfg.task == crate::config::TaskKind::Igsm && out.status == RunStatus::Done {
+    if cfg.task.kind() == crate::config::TaskKind::Igsm && out.status == RunStatus::Done {
         let n = (cfg.eval_batches * cfg.batch_size).min(256);
         let t0 = Instant::now();
         let g = crate::decode::igsm_generation(&model, cfg, &device, n);
@@ -285,7 +285,7 @@ pub fn run_one(
         out.answer_accuracy = Some(g.answer_accuracy);
         out.solution_valid = Some(g.solution_valid);
     }
-    if cfg.task == crate::config::TaskKind::Block {
+    if cfg.task.kind() == crate::config::TaskKind::Block {
         out.dep_width_mi = cfg.data_width_mi();
     }
     if out.status == RunStatus::Done && !evals.is_empty() {
@@ -306,14 +306,14 @@ pub fn eval_requests(cfg: &RunConfig, evals: &[EvalSpec]) -> Vec<EvalRequest> {
     let mut out = Vec::new();
     for e in evals
         .iter()
-        .filter(|e| e.tasks.is_empty() || e.tasks.contains(&cfg.task))
+        .filter(|e| e.tasks.is_empty() || e.tasks.contains(&cfg.task.kind()))
     {
         for &s in &e.length_factors {
             let mut overrides: Vec<String> = e
                 .scale_params
                 .iter()
                 .filter_map(|k| {
-                    let v = serde_json::to_value(cfg).ok()?.get(k)?.as_u64()?;
+                    let v = cfg.flat().get(k)?.as_u64()?;
                     Some(format!("{k}={}", v * s as u64))
                 })
                 .collect();
@@ -739,7 +739,7 @@ fn preflight(runs: &[PlannedRun]) -> Result<(), SweepError> {
         {
             return Err(SweepError::Data(format!(
                 "{} task ({}): {e}",
-                r.config.task.name(),
+                r.config.task.kind().name(),
                 short_label(r)
             )));
         }
@@ -941,7 +941,6 @@ mod tests {
         let mut cfg = crate::config::tests::tiny();
         cfg.encoding = Encoding::Rope;
         cfg.seq_len = 16;
-        cfg.block_len = 4;
         let reqs = eval_requests(&cfg, &evals);
         // dilated: 1 (s = 1) + 3 + 3; fixed: 1 (default scaling none).
         assert_eq!(reqs.len(), 8);

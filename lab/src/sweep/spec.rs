@@ -80,7 +80,7 @@ fn default_scalings() -> Vec<ScalingKind> {
 fn check_evals(cfg: &RunConfig, evals: &[EvalSpec]) -> Result<(), String> {
     let max = tasks::MAX_SEQ_LEN;
     for e in evals {
-        if !e.tasks.is_empty() && !e.tasks.contains(&cfg.task) {
+        if !e.tasks.is_empty() && !e.tasks.contains(&cfg.task.kind()) {
             continue; // not evaluated
         }
         for &s in &e.length_factors {
@@ -104,6 +104,17 @@ fn check_evals(cfg: &RunConfig, evals: &[EvalSpec]) -> Result<(), String> {
                     "[[evals]] `{}`: `{k}` cannot change at evaluation; set and scale_params take: {}",
                     e.name,
                     crate::eval::EVAL_SETTABLE.join(", ")
+                ));
+            }
+            let kind = cfg.task.kind();
+            if let Some(owner) = crate::config::TaskKind::ALL
+                .iter()
+                .find(|t| t.params().contains(&k))
+                .filter(|_| !kind.params().contains(&k))
+            {
+                return Err(format!(
+                    "[[evals]] `{}`: `{k}` is a parameter of task {owner}, not of this run's task {kind}; restrict the entry with tasks = [\"{owner}\"]",
+                    e.name
                 ));
             }
         }
@@ -620,7 +631,7 @@ grid = { block_len = [4] }
             .expand("x")
             .unwrap();
         assert_eq!(runs.len(), 2);
-        assert_eq!(runs[1].config.block_len, 8);
+        assert_eq!(runs[1].config.task.block().unwrap().block_len, 8);
         assert_eq!(
             runs[1].axes,
             vec![("block_len".to_string(), "8".to_string())]
