@@ -480,10 +480,22 @@ pub fn parse() -> Result<Cli, String> {
             ) {
                 e.exit();
             }
+            // clap's message and its continuation lines (the missing arguments, say) up to the
+            // first blank line, joined into one line.
             let rendered = e.to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            Err(format!("{first} (lab --help for usage)"))
+            let message: Vec<&str> = rendered
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            let message = message.join(" ");
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
+            let message = if message.is_empty() {
+                "invalid arguments"
+            } else {
+                message
+            };
+            Err(format!("{message} (lab --help for usage)"))
         }
     }
 }

@@ -537,3 +537,17 @@ fn negative_counts_name_the_option() {
         );
     }
 }
+
+/// clap's multi-line errors reach the user as one line that keeps what they name: a missing
+/// required argument is named (before, the line ended at "were not provided:").
+#[test]
+fn missing_required_argument_is_named() {
+    let o = lab().args(["eval", "some-run"]).output().unwrap();
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "error: the following required arguments were not provided: --seq-len <SEQ_LEN> (lab --help for usage)"
+    );
+}
