@@ -158,10 +158,11 @@ pub fn apply_overrides(cfg: &RunConfig, overrides: &[String]) -> Result<RunConfi
             .split_once('=')
             .ok_or_else(|| EvalError::Override(format!("{o}: expected key=value")))?;
         let k = k.trim();
-        if !crate::config::FIELDS.contains(&k) {
+        let fields = crate::config::fields();
+        if !fields.contains(&k) {
             return Err(EvalError::Override(format!(
                 "{o}: unknown key `{k}`{}",
-                crate::hint::did_you_mean(k, crate::config::FIELDS.iter().copied())
+                crate::hint::did_you_mean(k, fields.iter().copied())
             )));
         }
         if !EVAL_SETTABLE.contains(&k) {

@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::config::{FIELDS, RunConfig};
+use crate::config::RunConfig;
 pub use crate::hint::{did_you_mean, hint_unknown};
 use crate::model::scaling::ScalingKind;
 
@@ -291,14 +291,15 @@ impl SweepSpec {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        let fields = crate::config::fields();
         let check = |section: &str, keys: Vec<&String>| -> Result<(), SpecError> {
             for k in keys {
-                if !FIELDS.contains(&k.as_str()) {
+                if !fields.contains(&k.as_str()) {
                     return Err(SpecError::UnknownKey {
                         path: path.to_path_buf(),
                         section: section.to_string(),
                         key: k.clone(),
-                        hint: did_you_mean(k, FIELDS.iter().copied()),
+                        hint: did_you_mean(k, fields.iter().copied()),
                     });
                 }
             }
