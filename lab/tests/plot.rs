@@ -343,7 +343,13 @@ fn evals_table(rows: &[EvalRow]) -> Table {
     let b = TableBuilder::new(rows.len())
         .str("eval_name", rows.iter().map(|r| r.0.to_string()).collect())
         .str("task", rows.iter().map(|r| r.1.to_string()).collect())
-        .str("variant", rows.iter().map(|r| r.2.to_string()).collect())
+        // As the lab writes it (schema 2): `variant` is null for rows of other tasks than block.
+        .opt_str(
+            "variant",
+            rows.iter()
+                .map(|r| (r.1 == "block").then(|| r.2.to_string()))
+                .collect(),
+        )
         .str("encoding", rows.iter().map(|r| r.3.to_string()).collect())
         .f64("length_ratio", rows.iter().map(|r| r.4).collect())
         .str("scaling", rows.iter().map(|r| r.5.to_string()).collect())
@@ -677,7 +683,13 @@ fn write_all_tables(dir: &Path) {
         )
         .str("eval_name", rows.iter().map(|r| r.0.to_string()).collect())
         .str("task", rows.iter().map(|r| r.1.to_string()).collect())
-        .str("variant", rows.iter().map(|r| r.2.to_string()).collect())
+        // As the lab writes it (schema 2): `variant` is null for rows of other tasks than block.
+        .opt_str(
+            "variant",
+            rows.iter()
+                .map(|r| (r.1 == "block").then(|| r.2.to_string()))
+                .collect(),
+        )
         .str("encoding", rows.iter().map(|r| r.3.to_string()).collect())
         .f64("length_ratio", rows.iter().map(|r| r.4).collect())
         .str("scaling", rows.iter().map(|r| r.5.to_string()).collect())

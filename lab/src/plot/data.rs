@@ -740,10 +740,10 @@ pub fn pi_panels(evals: &Table) -> Result<Vec<BarPanel>, PlotError> {
     type Cells = BTreeMap<u64, BTreeMap<(usize, usize, String), Vec<f64>>>;
     let mut panels: BTreeMap<String, Cells> = BTreeMap::new();
     for i in 0..evals.rows() {
-        let (Some(n), Some(t), Some(v), Some(e), Some(r), Some(s), Some(a)) = (
+        // `variant` is the block task's parameter: null for the other tasks' rows (schema 2).
+        let (Some(n), Some(t), Some(e), Some(r), Some(s), Some(a)) = (
             &names[i],
             &tasks[i],
-            &vars[i],
             &encs[i],
             ratio[i],
             &scaling[i],
@@ -751,10 +751,9 @@ pub fn pi_panels(evals: &Table) -> Result<Vec<BarPanel>, PlotError> {
         ) else {
             continue;
         };
-        let title = if t == "block" {
-            format!("{n} · {t}/{v}")
-        } else {
-            format!("{n} · {t}")
+        let title = match &vars[i] {
+            Some(v) if t == "block" => format!("{n} · {t}/{v}"),
+            _ => format!("{n} · {t}"),
         };
         let label = if e == "rope" { s.clone() } else { e.clone() };
         panels
