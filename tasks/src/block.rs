@@ -83,6 +83,24 @@
 //! by a uniform header token (which may equal the true header, so a scored target differs from
 //! its block's header with probability `noise · (1 − 1/H)`). Inputs are never corrupted.
 //!
+//! # `window`
+//!
+//! Inputs are i.i.d. uniform bits, tokens `0` and `1` (ids `2..vocab_size` are never used).
+//! From position `B − 1` on, every target is the **majority bit of the last `B` inputs**, the
+//! current one included: `target[t] = 1` iff `Σ input[t − B + 1 ..= t] > B / 2` (a tie, possible
+//! for even `B`, gives `0`), scored exactly when `t + 1 ≥ B` (`seq_len − B + 1` targets). The
+//! target depends equally on every input of the window and on none outside it: the dependency
+//! kernel is a box of width `W = B` (docs/analysis-rules.md R10). Noise is label noise, as in
+//! `recall`: each scored target is, with probability `noise`, replaced by a uniform bit.
+//!
+//! Worked example (`seq_len = 6, block_len = 3`), if the inputs are drawn as `[1, 0, 1, 1, 0, 0]`:
+//!
+//! ```text
+//! input  = [1, 0, 1, 1, 0, 0]
+//! target = [0, 0, 1, 1, 1, 0]        (t ≥ 2: majority of input[t−2..=t]; t < 2 unscored, 0)
+//! mask   = [F, F, T, T, T, T]
+//! ```
+//!
 //! # Randomness and coupling
 //!
 //! Example `index` of `split` for `seed` uses its own ChaCha8 stream ([`crate::example_rng`]),
@@ -119,6 +137,8 @@ pub enum BlockVariant {
     Copy,
     /// Each block opens with a header token; its later positions must predict that header.
     Recall,
+    /// I.i.d. bits; each target is the majority bit of the last `B` inputs.
+    Window,
 }
 
 /// Configuration of a block-structured task (see the [module docs](self) for the semantics).
@@ -147,7 +167,7 @@ pub struct BlockConfig {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BlockParams {
-    /// `copy` or `recall`.
+    /// `copy`, `recall` or `window`.
     pub variant: BlockVariant,
     /// Block length `B`, tokens.
     pub block_len: usize,
@@ -180,7 +200,7 @@ impl BlockConfig {
     /// `seq_len`, `block_len`, `noise`, with its allowed range (see the field docs).
     pub fn validate(&self) -> Result<(), TaskError> {
         let (min_vocab, min_block) = match self.variant {
-            BlockVariant::Copy => (2, 1),
+            BlockVariant::Copy | BlockVariant::Window => (2, 1),
             BlockVariant::Recall => (4, 2),
         };
         let max_vocab = u32::MAX as usize;
@@ -211,34 +231,36 @@ impl BlockConfig {
     ///
     /// `copy`: a scored target is the token `B` positions earlier in the underlying sequence
     /// (`B − 1` positions before the predicting input position). `recall`: the target at block
-    /// offset `o` is the input token `o ≤ B − 1` positions back. Either way the data-induced
-    /// dependency profile has support up to the block length, `W ≈ B`.
+    /// offset `o` is the input token `o ≤ B − 1` positions back. `window`: the target depends on
+    /// the inputs `0 … B − 1` positions back, equally. Either way the data-induced dependency
+    /// profile has support up to the block length, `W ≈ B`.
     pub fn dep_width(&self) -> usize {
         self.block_len
     }
 
-    /// Number of header tokens `H` (`recall`: `vocab_size / 2`, headers are `0..H`; `copy`: 0).
+    /// Number of header tokens `H` (`recall`: `vocab_size / 2`, headers are `0..H`; `copy` and
+    /// `window`: 0).
     pub fn n_headers(&self) -> usize {
         match self.variant {
-            BlockVariant::Copy => 0,
+            BlockVariant::Copy | BlockVariant::Window => 0,
             BlockVariant::Recall => self.vocab_size / 2,
         }
     }
 
-    /// Whether `target[t]` is scored (`mask[t]`), for `t < seq_len`. `copy`: `t + 1 ≥ B`;
-    /// `recall`: `t mod B ≠ 0`. Assumes a valid config.
+    /// Whether `target[t]` is scored (`mask[t]`), for `t < seq_len`. `copy` and `window`:
+    /// `t + 1 ≥ B`; `recall`: `t mod B ≠ 0`. Assumes a valid config.
     pub fn is_scored(&self, t: usize) -> bool {
         match self.variant {
-            BlockVariant::Copy => t + 1 >= self.block_len,
+            BlockVariant::Copy | BlockVariant::Window => t + 1 >= self.block_len,
             BlockVariant::Recall => !t.is_multiple_of(self.block_len),
         }
     }
 
-    /// Scored positions per example (`true` entries of every mask). `copy`: `seq_len − B + 1`;
-    /// `recall`: `seq_len − ⌈seq_len / B⌉`. Assumes a valid config.
+    /// Scored positions per example (`true` entries of every mask). `copy` and `window`:
+    /// `seq_len − B + 1`; `recall`: `seq_len − ⌈seq_len / B⌉`. Assumes a valid config.
     pub fn n_scored(&self) -> usize {
         match self.variant {
-            BlockVariant::Copy => self.seq_len + 1 - self.block_len,
+            BlockVariant::Copy | BlockVariant::Window => self.seq_len + 1 - self.block_len,
             BlockVariant::Recall => self.seq_len - self.seq_len.div_ceil(self.block_len),
         }
     }
@@ -325,12 +347,22 @@ impl BlockConfig {
                     (u < noise).then_some(fresh)
                 })
             }
+            BlockVariant::Window => {
+                let bit = Uniform::new(0, 2).expect("two bits");
+                x.extend((0..=n).map(|_| bit.sample(rng)));
+                let noise = self.noise;
+                self.assemble(&x, |_| {
+                    let u: f64 = rng.random();
+                    let fresh = bit.sample(rng);
+                    (u < noise).then_some(fresh)
+                })
+            }
         }
     }
 
     /// Build the example from the underlying sequence `x` (length `seq_len + 1`).
-    /// `label_noise(t)` is called once per scored recall position, in increasing `t`, and returns
-    /// `Some(token)` to replace that target (unused for copy).
+    /// `label_noise(t)` is called once per scored recall or window position, in increasing `t`,
+    /// and returns `Some(token)` to replace that target (unused for copy).
     fn assemble(&self, x: &[u32], mut label_noise: impl FnMut(usize) -> Option<u32>) -> Example {
         let (b, n) = (self.block_len, self.seq_len);
         debug_assert_eq!(x.len(), n + 1);
@@ -348,6 +380,24 @@ impl BlockConfig {
                     }
                 })
                 .collect(),
+            BlockVariant::Window => {
+                // Running count of ones over input[t − B + 1 ..= t].
+                let mut ones = 0usize;
+                (0..n)
+                    .map(|t| {
+                        ones += x[t] as usize;
+                        if t >= b {
+                            ones -= x[t - b] as usize;
+                        }
+                        if t + 1 < b {
+                            0
+                        } else {
+                            let majority = u32::from(2 * ones > b);
+                            label_noise(t).unwrap_or(majority)
+                        }
+                    })
+                    .collect()
+            }
         };
         Example {
             input,
@@ -400,6 +450,66 @@ mod tests {
     }
 
     // ---- hand-computed worked examples (the ones in the module docs) ----
+
+    #[test]
+    fn worked_example_window() {
+        let c = cfg(BlockVariant::Window, 2, 6, 3);
+        // x has seq_len + 1 entries; the last is not an input.
+        let ex = c.assemble(&[1, 0, 1, 1, 0, 0, 1], |_| None);
+        assert_eq!(ex.input, vec![1, 0, 1, 1, 0, 0]);
+        assert_eq!(ex.target, vec![0, 0, 1, 1, 1, 0]);
+        assert_eq!(ex.mask, vec![F, F, T, T, T, T]);
+        assert_eq!(c.n_scored(), 4);
+    }
+
+    /// Every scored window target is the majority of the last B inputs counted directly (a tie
+    /// gives 0), inputs are bits, and the targets are balanced where B is odd.
+    #[test]
+    fn window_targets_are_majorities_of_the_last_b_inputs() {
+        for b in [1, 4, 5, 16] {
+            let c = cfg(BlockVariant::Window, 8, 40, b);
+            let mut ones = 0;
+            let mut scored = 0;
+            for ex in c.batch(3, Split::Train, 0, 50).unwrap() {
+                check_shapes(&c, &ex);
+                assert!(ex.input.iter().all(|&x| x < 2));
+                for t in (b - 1)..c.seq_len {
+                    let count: u32 = ex.input[t + 1 - b..=t].iter().sum();
+                    assert_eq!(
+                        ex.target[t],
+                        u32::from(2 * count as usize > b),
+                        "B = {b}, t = {t}"
+                    );
+                    ones += ex.target[t] as usize;
+                    scored += 1;
+                }
+            }
+            let share = ones as f64 / scored as f64;
+            if b % 2 == 1 {
+                assert!((share - 0.5).abs() < 0.05, "B = {b}: share of ones {share}");
+            } else {
+                assert!(share < 0.5, "B = {b}: ties give 0, share {share}");
+            }
+        }
+    }
+
+    /// Window label noise replaces a scored target by a uniform bit: it differs from the
+    /// majority with probability noise / 2.
+    #[test]
+    fn window_label_noise_rate() {
+        let mut c = cfg(BlockVariant::Window, 2, 64, 5);
+        c.noise = 0.4;
+        let (mut differ, mut scored) = (0, 0);
+        for ex in c.batch(9, Split::Eval, 0, 200).unwrap() {
+            for t in 4..64 {
+                let count: u32 = ex.input[t - 4..=t].iter().sum();
+                differ += usize::from(ex.target[t] != u32::from(count > 2));
+                scored += 1;
+            }
+        }
+        let rate = differ as f64 / scored as f64;
+        assert!((rate - 0.2).abs() < 0.02, "{rate}");
+    }
 
     #[test]
     fn worked_example_copy() {
