@@ -153,12 +153,12 @@ pub const EVAL_SETTABLE: &[&str] = &[
 pub fn apply_overrides(cfg: &RunConfig, overrides: &[String]) -> Result<RunConfig, EvalError> {
     let mut value = toml::Value::try_from(cfg).expect("config serialises to TOML");
     let table = value.as_table_mut().expect("config is a table");
+    let fields = crate::config::fields();
     for o in overrides {
         let (k, v) = o
             .split_once('=')
             .ok_or_else(|| EvalError::Override(format!("{o}: expected key=value")))?;
         let k = k.trim();
-        let fields = crate::config::fields();
         if !fields.contains(&k) {
             return Err(EvalError::Override(format!(
                 "{o}: unknown key `{k}`{}",
@@ -340,17 +340,15 @@ pub fn evals_row(
         .to_string();
     // The evaluated task's parameters (null where the task has no such parameter).
     let flat = out.config.flat();
-    let flat_str = |m: &serde_json::Map<String, serde_json::Value>, k: &str| {
-        m.get(k).and_then(|v| v.as_str()).map(str::to_string)
-    };
+    let flat_str = |k: &str| flat.get(k).and_then(|v| v.as_str()).map(str::to_string);
     TableBuilder::new(1)
         .str("run_id", vec![train_cfg.run_id()])
         .str("eval_id", vec![out.eval_id.clone()])
         .str("eval_name", vec![name.to_string()])
         .str("task", vec![out.config.task.kind().name().to_string()])
-        .opt_str("variant", vec![flat_str(&flat, "variant")])
+        .opt_str("variant", vec![flat_str("variant")])
         .str("encoding", vec![out.config.encoding.name().to_string()])
-        .opt_str("corpus", vec![flat_str(&flat, "corpus")])
+        .opt_str("corpus", vec![flat_str("corpus")])
         .i64("train_seq_len", vec![out.train_seq_len as i64])
         .i64("seq_len", vec![out.config.seq_len as i64])
         .f64(
