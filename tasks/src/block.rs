@@ -101,6 +101,24 @@
 //! mask   = [F, F, T, T, T, T]
 //! ```
 //!
+//! # `member`
+//!
+//! Inputs are i.i.d. uniform over the vocabulary. From position `B` on, the target says whether the
+//! current token already appeared among the `B` inputs before it: `target[t] = 1` iff
+//! `input[t] ∈ input[t − B ..= t − 1]`, else `0`, scored exactly when `t ≥ B` (`seq_len − B`
+//! targets). The model must match content inside a window of width `W = B` and ignore matches
+//! outside it (docs/analysis-rules.md R13); a vocabulary of about `1.44 · B` tokens makes a match
+//! present half the time. Noise is label noise, as in `recall`: a uniform bit replaces a scored
+//! target with probability `noise`.
+//!
+//! Worked example (`seq_len = 7, block_len = 2`), if the inputs are drawn as `[3, 1, 3, 3, 0, 1, 0]`:
+//!
+//! ```text
+//! input  = [3, 1, 3, 3, 0, 1, 0]
+//! target = [0, 0, 1, 1, 0, 0, 1]     (t ≥ 2: is input[t] among input[t−2], input[t−1]?)
+//! mask   = [F, F, T, T, T, T, T]
+//! ```
+//!
 //! # Randomness and coupling
 //!
 //! Example `index` of `split` for `seed` uses its own ChaCha8 stream ([`crate::example_rng`]),
@@ -139,6 +157,8 @@ pub enum BlockVariant {
     Recall,
     /// I.i.d. bits; each target is the majority bit of the last `B` inputs.
     Window,
+    /// I.i.d. tokens; each target says whether the current token is among the `B` before it.
+    Member,
 }
 
 /// Configuration of a block-structured task (see the [module docs](self) for the semantics).
@@ -167,7 +187,7 @@ pub struct BlockConfig {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BlockParams {
-    /// `copy`, `recall` or `window`.
+    /// `copy`, `recall`, `window` or `member`.
     pub variant: BlockVariant,
     /// Block length `B`, tokens.
     pub block_len: usize,
@@ -200,7 +220,7 @@ impl BlockConfig {
     /// `seq_len`, `block_len`, `noise`, with its allowed range (see the field docs).
     pub fn validate(&self) -> Result<(), TaskError> {
         let (min_vocab, min_block) = match self.variant {
-            BlockVariant::Copy | BlockVariant::Window => (2, 1),
+            BlockVariant::Copy | BlockVariant::Window | BlockVariant::Member => (2, 1),
             BlockVariant::Recall => (4, 2),
         };
         let max_vocab = u32::MAX as usize;
@@ -232,7 +252,8 @@ impl BlockConfig {
     /// `copy`: a scored target is the token `B` positions earlier in the underlying sequence
     /// (`B − 1` positions before the predicting input position). `recall`: the target at block
     /// offset `o` is the input token `o ≤ B − 1` positions back. `window`: the target depends on
-    /// the inputs `0 … B − 1` positions back, equally. Either way the data-induced dependency
+    /// the inputs `0 … B − 1` positions back, equally; `member`: on the inputs `1 … B` back.
+    /// Either way the data-induced dependency
     /// profile has support up to the block length, `W ≈ B`.
     pub fn dep_width(&self) -> usize {
         self.block_len
@@ -242,25 +263,28 @@ impl BlockConfig {
     /// `window`: 0).
     pub fn n_headers(&self) -> usize {
         match self.variant {
-            BlockVariant::Copy | BlockVariant::Window => 0,
+            BlockVariant::Copy | BlockVariant::Window | BlockVariant::Member => 0,
             BlockVariant::Recall => self.vocab_size / 2,
         }
     }
 
     /// Whether `target[t]` is scored (`mask[t]`), for `t < seq_len`. `copy` and `window`:
-    /// `t + 1 ≥ B`; `recall`: `t mod B ≠ 0`. Assumes a valid config.
+    /// `t + 1 ≥ B`; `member`: `t ≥ B`; `recall`: `t mod B ≠ 0`. Assumes a valid config.
     pub fn is_scored(&self, t: usize) -> bool {
         match self.variant {
             BlockVariant::Copy | BlockVariant::Window => t + 1 >= self.block_len,
+            BlockVariant::Member => t >= self.block_len,
             BlockVariant::Recall => !t.is_multiple_of(self.block_len),
         }
     }
 
     /// Scored positions per example (`true` entries of every mask). `copy` and `window`:
-    /// `seq_len − B + 1`; `recall`: `seq_len − ⌈seq_len / B⌉`. Assumes a valid config.
+    /// `seq_len − B + 1`; `member`: `seq_len − B`; `recall`: `seq_len − ⌈seq_len / B⌉`. Assumes
+    /// a valid config.
     pub fn n_scored(&self) -> usize {
         match self.variant {
             BlockVariant::Copy | BlockVariant::Window => self.seq_len + 1 - self.block_len,
+            BlockVariant::Member => self.seq_len - self.block_len,
             BlockVariant::Recall => self.seq_len - self.seq_len.div_ceil(self.block_len),
         }
     }
@@ -347,6 +371,17 @@ impl BlockConfig {
                     (u < noise).then_some(fresh)
                 })
             }
+            BlockVariant::Member => {
+                let tok = Uniform::new(0, v).expect("validated vocab_size >= 2");
+                x.extend((0..=n).map(|_| tok.sample(rng)));
+                let bit = Uniform::new(0, 2).expect("two bits");
+                let noise = self.noise;
+                self.assemble(&x, |_| {
+                    let u: f64 = rng.random();
+                    let fresh = bit.sample(rng);
+                    (u < noise).then_some(fresh)
+                })
+            }
             BlockVariant::Window => {
                 let bit = Uniform::new(0, 2).expect("two bits");
                 x.extend((0..=n).map(|_| bit.sample(rng)));
@@ -361,7 +396,7 @@ impl BlockConfig {
     }
 
     /// Build the example from the underlying sequence `x` (length `seq_len + 1`).
-    /// `label_noise(t)` is called once per scored recall or window position, in increasing `t`,
+    /// `label_noise(t)` is called once per scored recall, window or member position, in increasing `t`,
     /// and returns `Some(token)` to replace that target (unused for copy).
     fn assemble(&self, x: &[u32], mut label_noise: impl FnMut(usize) -> Option<u32>) -> Example {
         let (b, n) = (self.block_len, self.seq_len);
@@ -398,6 +433,16 @@ impl BlockConfig {
                     })
                     .collect()
             }
+            BlockVariant::Member => (0..n)
+                .map(|t| {
+                    if t < b {
+                        0
+                    } else {
+                        let seen = u32::from(x[t - b..t].contains(&x[t]));
+                        label_noise(t).unwrap_or(seen)
+                    }
+                })
+                .collect(),
         };
         Example {
             input,
@@ -460,6 +505,40 @@ mod tests {
         assert_eq!(ex.target, vec![0, 0, 1, 1, 1, 0]);
         assert_eq!(ex.mask, vec![F, F, T, T, T, T]);
         assert_eq!(c.n_scored(), 4);
+    }
+
+    #[test]
+    fn worked_example_member() {
+        let c = cfg(BlockVariant::Member, 4, 7, 2);
+        let ex = c.assemble(&[3, 1, 3, 3, 0, 1, 0, 2], |_| None);
+        assert_eq!(ex.target, vec![0, 0, 1, 1, 0, 0, 1]);
+        assert_eq!(ex.mask, vec![F, F, T, T, T, T, T]);
+        assert_eq!(c.n_scored(), 5);
+    }
+
+    /// Every scored member target says whether the token occurs among the B before it (counted
+    /// directly); with a vocabulary of about 1.44 B a match is present about half the time.
+    #[test]
+    fn member_targets_and_balance() {
+        for (b, v) in [(4, 6), (16, 23), (64, 92)] {
+            let c = cfg(BlockVariant::Member, v, 128, b);
+            let (mut ones, mut scored) = (0usize, 0usize);
+            for ex in c.batch(5, Split::Train, 0, 40).unwrap() {
+                check_shapes(&c, &ex);
+                for t in b..c.seq_len {
+                    let seen = ex.input[t - b..t].iter().any(|&x| x == ex.input[t]);
+                    assert_eq!(ex.target[t], u32::from(seen), "B = {b}, t = {t}");
+                    ones += ex.target[t] as usize;
+                    scored += 1;
+                }
+            }
+            let share = ones as f64 / scored as f64;
+            let expected = 1.0 - (1.0 - 1.0 / v as f64).powi(b as i32);
+            assert!(
+                (share - expected).abs() < 0.03,
+                "B = {b}: {share} vs {expected}"
+            );
+        }
     }
 
     /// Every scored window target is the majority of the last B inputs counted directly (a tie
