@@ -138,8 +138,11 @@
 //!   `2..=seq_len`), since blocks would have no later positions and nothing would be scored.
 //! - `recall`, `block_len = seq_len`: one header at position 0; all other `seq_len − 1` targets
 //!   are that header.
-//! - `block_len > seq_len`: rejected (allowed `1..=seq_len` for `copy`, `2..=seq_len` for
-//!   `recall`); such a task would score nothing.
+//! - `window`, `block_len = seq_len`: only the last target is scored (the majority of the whole
+//!   input); `window`, `block_len = 1`: every target is the current input bit.
+//! - `member`, `block_len = seq_len`: rejected (allowed `1..seq_len`): nothing would be scored.
+//! - `block_len > seq_len`: rejected (allowed `1..=seq_len` for `copy` and `window`, `2..=seq_len`
+//!   for `recall`); such a task would score nothing.
 
 use rand::Rng;
 use rand::distr::{Distribution, Uniform};
@@ -147,7 +150,7 @@ use rand_chacha::ChaCha8Rng;
 
 use crate::{Example, MAX_INDEX, Split, TaskError, example_rng};
 
-/// Which block task to generate. Serialised as `"copy"` / `"recall"`.
+/// Which block task to generate. Serialised as `"copy"`, `"recall"`, `"window"`, `"member"`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BlockVariant {
@@ -167,18 +170,19 @@ pub enum BlockVariant {
 /// [`BlockConfig::validate`] themselves.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BlockConfig {
-    /// `copy` or `recall`.
+    /// `copy`, `recall`, `window` or `member`.
     pub variant: BlockVariant,
-    /// Number of token ids; tokens are `0..vocab_size`. `copy`: `2..=u32::MAX`; `recall`:
-    /// `4..=u32::MAX` (so both sub-vocabularies have at least 2 tokens).
+    /// Number of token ids; tokens are `0..vocab_size`. `copy`, `window`, `member`:
+    /// `2..=u32::MAX`; `recall`: `4..=u32::MAX` (so both sub-vocabularies have at least 2 tokens).
     pub vocab_size: usize,
     /// Context length: length of `input`, `target` and `mask`. At least 2.
     pub seq_len: usize,
-    /// Block length `B`, in tokens. `copy`: `1..=seq_len`; `recall`: `2..=seq_len`.
+    /// Block length `B`, in tokens. `copy`, `window`: `1..=seq_len`; `member`: `1..seq_len`;
+    /// `recall`: `2..=seq_len`.
     pub block_len: usize,
     /// Corruption probability `ε`, finite, in `[0, 1]`. `copy`: probability that a position is
     /// resampled instead of copied; `recall`: probability that a scored target is replaced by a
-    /// uniform header (label noise).
+    /// uniform header; `window`, `member`: by a uniform bit (label noise).
     pub noise: f64,
 }
 
@@ -234,12 +238,18 @@ impl BlockConfig {
         if self.seq_len < 2 {
             return Err(TaskError::out_of_range("seq_len", self.seq_len, "2.."));
         }
-        if !(min_block..=self.seq_len).contains(&self.block_len) {
-            return Err(TaskError::out_of_range(
-                "block_len",
-                self.block_len,
-                format!("{min_block}..={} (seq_len)", self.seq_len),
-            ));
+        // `member` scores positions t ≥ B: B = seq_len would score nothing.
+        let max_block = match self.variant {
+            BlockVariant::Member => self.seq_len - 1,
+            _ => self.seq_len,
+        };
+        if !(min_block..=max_block).contains(&self.block_len) {
+            let bound = if max_block == self.seq_len {
+                format!("{min_block}..={max_block} (seq_len)")
+            } else {
+                format!("{min_block}..={max_block} (seq_len − 1)")
+            };
+            return Err(TaskError::out_of_range("block_len", self.block_len, bound));
         }
         if !(self.noise.is_finite() && (0.0..=1.0).contains(&self.noise)) {
             return Err(TaskError::out_of_range("noise", self.noise, "0.0..=1.0"));
@@ -505,6 +515,16 @@ mod tests {
         assert_eq!(ex.target, vec![0, 0, 1, 1, 1, 0]);
         assert_eq!(ex.mask, vec![F, F, T, T, T, T]);
         assert_eq!(c.n_scored(), 4);
+    }
+
+    #[test]
+    fn member_block_len_must_leave_a_scored_position() {
+        let c = cfg(BlockVariant::Member, 8, 16, 16);
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "block_len = 16 is out of range: must be in 1..=15 (seq_len − 1)"
+        );
+        assert!(cfg(BlockVariant::Member, 8, 16, 15).validate().is_ok());
     }
 
     #[test]
