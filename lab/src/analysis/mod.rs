@@ -26,10 +26,13 @@ pub struct RunSetting {
     pub rotary_dim: Option<i64>,
     /// Hybrid layers' `nope_every`, when the run sets it.
     pub nope_every: Option<i64>,
+    /// Transformer layers (0 when the table does not say).
+    pub n_layers: i64,
 }
 
-/// The setting part of each run's group label: ` base=…`, ` L=…` and the pair layout when the
-/// runs take more than one value of it, then the encoding options the run sets (` rope_p=…`,
+/// The setting part of each run's group label: ` base=…`, ` L=…`, the pair layout and
+/// ` layers=…` when the runs take more than one value of it (runs of models of different depth are
+/// never fitted together), then the encoding options the run sets (` rope_p=…`,
 /// ` rotary_dim=…`, ` nope_every=…`); empty when nothing applies. E.g. `rope/copy` +
 /// ` base=100 L=512`.
 pub fn setting_labels(settings: &[RunSetting]) -> Vec<String> {
@@ -40,6 +43,7 @@ pub fn setting_labels(settings: &[RunSetting]) -> Vec<String> {
     let by_base = varies(&|r| format!("{}", r.rope_base));
     let by_len = varies(&|r| r.seq_len.to_string());
     let by_layout = varies(&|r| r.pair_layout.clone());
+    let by_layers = varies(&|r| r.n_layers.to_string());
     settings
         .iter()
         .map(|r| {
@@ -52,6 +56,9 @@ pub fn setting_labels(settings: &[RunSetting]) -> Vec<String> {
             }
             if by_layout {
                 s.push_str(&format!(" {}", r.pair_layout));
+            }
+            if by_layers {
+                s.push_str(&format!(" layers={}", r.n_layers));
             }
             let options = [
                 r.rope_p.map(|v| format!(" rope_p={v}")),
@@ -236,7 +243,16 @@ mod tests {
             setting_labels(&[base.clone(), other]),
             [" base=100", " base=1000000 rope_p=0.25"]
         );
-        assert_eq!(setting_labels(&[base.clone(), base]), ["", ""]);
+        assert_eq!(setting_labels(&[base.clone(), base.clone()]), ["", ""]);
+        let shallow = RunSetting {
+            n_layers: 1,
+            ..base.clone()
+        };
+        let deep = RunSetting {
+            n_layers: 2,
+            ..base
+        };
+        assert_eq!(setting_labels(&[shallow, deep]), [" layers=1", " layers=2"]);
     }
 
     #[test]

@@ -359,6 +359,7 @@ fn run_setting_labels(runs: &Table, done: &[bool]) -> Result<Vec<String>, PlotEr
     };
     let (base, len) = (f("rope_base")?, i("seq_len")?);
     let (rope_p, rotary_dim, nope_every) = (f("rope_p")?, i("rotary_dim")?, i("nope_every")?);
+    let n_layers = i("n_layers")?;
     let rows: Vec<usize> = (0..n).filter(|&k| done[k]).collect();
     let settings: Vec<RunSetting> = rows
         .iter()
@@ -369,6 +370,7 @@ fn run_setting_labels(runs: &Table, done: &[bool]) -> Result<Vec<String>, PlotEr
             rope_p: rope_p[k],
             rotary_dim: rotary_dim[k],
             nope_every: nope_every[k],
+            n_layers: n_layers[k].unwrap_or(0),
         })
         .collect();
     let mut out = vec![String::new(); n];

@@ -104,6 +104,7 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
         let stop = s("stop");
         let (base, len, layout) = (f("rope_base"), i("seq_len"), s("pair_layout"));
         let (rope_p, rotary_dim, nope_every) = (f("rope_p"), i("rotary_dim"), i("nope_every"));
+        let n_layers = i("n_layers");
         let (bl, seed, pl, wmi, sd, cs) = (
             i("dep_width"),
             i("seed"),
@@ -137,6 +138,7 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
                     rope_p: rope_p[r],
                     rotary_dim: rotary_dim[r],
                     nope_every: nope_every[r],
+                    n_layers: n_layers[r].unwrap_or(0),
                 },
                 seed: seed[r].unwrap_or(0),
                 // iGSM: the generated-answer accuracy (teacher-forced answer tokens are a copy).
