@@ -374,33 +374,18 @@ impl BlockConfig {
                         filler.sample(rng)
                     }
                 }));
-                let noise = self.noise;
-                self.assemble(&x, |_| {
-                    let u: f64 = rng.random();
-                    let fresh = header.sample(rng);
-                    (u < noise).then_some(fresh)
-                })
+                self.assemble(&x, label_noise(self.noise, header, rng))
             }
             BlockVariant::Member => {
                 let tok = Uniform::new(0, v).expect("validated vocab_size >= 2");
                 x.extend((0..=n).map(|_| tok.sample(rng)));
                 let bit = Uniform::new(0, 2).expect("two bits");
-                let noise = self.noise;
-                self.assemble(&x, |_| {
-                    let u: f64 = rng.random();
-                    let fresh = bit.sample(rng);
-                    (u < noise).then_some(fresh)
-                })
+                self.assemble(&x, label_noise(self.noise, bit, rng))
             }
             BlockVariant::Window => {
                 let bit = Uniform::new(0, 2).expect("two bits");
                 x.extend((0..=n).map(|_| bit.sample(rng)));
-                let noise = self.noise;
-                self.assemble(&x, |_| {
-                    let u: f64 = rng.random();
-                    let fresh = bit.sample(rng);
-                    (u < noise).then_some(fresh)
-                })
+                self.assemble(&x, label_noise(self.noise, bit, rng))
             }
         }
     }
@@ -459,6 +444,21 @@ impl BlockConfig {
             target,
             mask,
         }
+    }
+}
+
+/// Label noise for [`BlockConfig::assemble`]: for each scored target, in order, draw a uniform
+/// `u ∈ [0, 1)` and a fresh token from `fresh`, and replace the target by it when `u < noise` (the
+/// same two draws whatever `noise` is, so examples with different noise stay coupled).
+fn label_noise(
+    noise: f64,
+    fresh: Uniform<u32>,
+    rng: &mut ChaCha8Rng,
+) -> impl FnMut(usize) -> Option<u32> + '_ {
+    move |_| {
+        let u: f64 = rng.random();
+        let token = fresh.sample(rng);
+        (u < noise).then_some(token)
     }
 }
 
