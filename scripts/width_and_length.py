@@ -6,7 +6,7 @@ Least squares over the finished RoPE runs of variant `window` in presets `window
     ln θ_eff = a − β ln B + δ ln L
 with θ_eff the run's positional-layer effective frequency, B the block width (the window) and L the
 training context; 95 % intervals from 2000 bootstrap resamples of runs (seed 0). The law predicts
-β = 1, δ = 0; θ_eff ≈ k·π/√(W·L) predicts β = δ·(−1) = 0.5.
+β = 1, δ = 0; θ_eff ≈ k·π/√(W·L) predicts β = 0.5, δ = −0.5.
 
 Usage: python3 scripts/width_and_length.py [results/block-width]
 (needs polars and numpy: pip install -r notebooks/requirements.txt)
