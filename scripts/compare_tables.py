@@ -8,7 +8,8 @@ exits 1 when a table or a non-timing value differs.
 
 --schema-change: BEFORE was written by a lab of an older schema version (run ids and the canonical
 config JSON differ by design): in BEFORE the parameters of tasks other than the row's own (which
-schema 2 no longer gives a run: null after) are set to null first, and counted; runs are matched
+schema 2 no longer gives a run: null after) and of encodings other than the row's own (schema 3)
+are set to null first, and counted; runs are matched
 on their config columns and BEFORE's run ids replaced by AFTER's; eval_id, config_json and
 schema_version are left out; rows are sorted on every compared column.
 """
@@ -31,16 +32,27 @@ TASK_PARAMS = {
 }
 
 
+# Each encoding's own parameters (lab/src/model/*.rs); schema 2 wrote TAPA's and PoPE's in every row.
+ENCODING_PARAMS = {
+    "pope": ("pope_delta_init",),
+    "tapa": ("tapa_rho", "tapa_alpha", "tapa_phase"),
+    "p-rope": ("rope_p",),
+    "partial-rope": ("rotary_dim",),
+}
+
+
 def drop_foreign_params(df: pl.DataFrame) -> tuple[pl.DataFrame, int]:
-    """Null every task parameter of a row whose task does not have it; how many were set."""
-    if "task" not in df.columns:
-        return df, 0
+    """Null every task (encoding) parameter of a row whose task (encoding) does not have it; how
+    many were set."""
     n = 0
-    for c in sorted({c for ps in TASK_PARAMS.values() for c in ps} & set(df.columns)):
-        owners = [t for t, ps in TASK_PARAMS.items() if c in ps]
-        foreign = ~pl.col("task").is_in(owners)
-        n += df.filter(foreign & pl.col(c).is_not_null()).height
-        df = df.with_columns(pl.when(foreign).then(None).otherwise(pl.col(c)).alias(c))
+    for key, params in (("task", TASK_PARAMS), ("encoding", ENCODING_PARAMS)):
+        if key not in df.columns:
+            continue
+        for c in sorted({c for ps in params.values() for c in ps} & set(df.columns)):
+            owners = [t for t, ps in params.items() if c in ps]
+            foreign = ~pl.col(key).is_in(owners)
+            n += df.filter(foreign & pl.col(c).is_not_null()).height
+            df = df.with_columns(pl.when(foreign).then(None).otherwise(pl.col(c)).alias(c))
     return df, n
 
 
@@ -108,7 +120,7 @@ def main() -> int:
         status = "identical" if not diffs else "; ".join(diffs)
         extra = f" (columns only on one side: {', '.join(only)})" if only else ""
         if dropped:
-            extra += f" ({dropped} values of other tasks' parameters null after)"
+            extra += f" ({dropped} values of other tasks' or encodings' parameters null after)"
         print(f"{fb.name}: {b.height} rows, {status}{extra}")
         bad += bool(diffs)
     return 1 if bad else 0

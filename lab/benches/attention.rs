@@ -14,8 +14,8 @@ use burn::tensor::{Device, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use lab::kernels::cpu::{KernelEncoding, Shape4, flash_backward, flash_forward};
 use lab::model::{
-    DeltaInit, Encoding, ModelConfig, PairLayout, PositionalAttention, TapaPhase, causal_attention,
-    causal_mask,
+    Encoding, EncodingConfig, ModelConfig, PairLayout, PositionalAttention, TapaPhase,
+    causal_attention, causal_mask,
 };
 
 /// Global allocator that records the current and peak number of live heap bytes.
@@ -78,21 +78,15 @@ impl Case {
     fn new(encoding: Encoding, l: usize) -> Self {
         let n = B * H * l * D;
         let cfg = ModelConfig {
-            rope_p: 1.0,
-            rotary_dim: 0,
             nope_every: 0,
             vocab_size: 8,
             d_model: H * D,
             n_layers: 1,
             n_heads: H,
             d_ff: 8,
-            encoding,
+            encoding: EncodingConfig::for_kernel_checks(encoding, TapaPhase::Quadratic),
             rope_base: 10000.0,
             pair_layout: PairLayout::Adjacent,
-            pope_delta_init: DeltaInit::Uniform,
-            tapa_rho: 0.5,
-            tapa_alpha: 0.1,
-            tapa_phase: TapaPhase::Quadratic,
             attention: lab::model::AttentionKernel::Reference,
         };
         let device = Device::flex().autodiff();

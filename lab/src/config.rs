@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use tasks::{Example, Split, TaskError};
 
-use crate::model::{AttentionKernel, DeltaInit, Encoding, ModelConfig, PairLayout, TapaPhase};
+use crate::model::{AttentionKernel, Encoding, EncodingConfig, ModelConfig, PairLayout};
 
 /// Training examples profiled by [`RunConfig::data_width_mi`].
 pub const RUN_WIDTH_EXAMPLES: usize = 256;
@@ -46,7 +46,8 @@ impl ConfigError {
 }
 
 /// [`RunConfig`]'s field names in declaration order (checked by a test); `task` names the task,
-/// whose own parameters are listed by [`crate::task`].
+/// whose own parameters are listed by [`crate::task`], and `encoding` the encoding, whose own
+/// parameters are listed by its [`crate::model::EncodingParams`] type.
 pub const RUN_FIELDS: &[&str] = &[
     "task",
     "vocab_size",
@@ -71,10 +72,6 @@ pub const RUN_FIELDS: &[&str] = &[
     "eval_every",
     "eval_batches",
     "seed",
-    "pope_delta_init",
-    "tapa_rho",
-    "tapa_alpha",
-    "tapa_phase",
     "train_examples",
     "attention",
     "max_grad_norm",
@@ -82,30 +79,17 @@ pub const RUN_FIELDS: &[&str] = &[
     "min_steps",
     "stop_window",
     "stop_tol",
-    "rope_p",
-    "rotary_dim",
     "nope_every",
 ];
 
 /// Every key a sweep file or `--set` may give a run: [`RUN_FIELDS`], then every task's own
-/// parameters in registry order ([`crate::task::all_params`]).
+/// parameters in registry order ([`crate::task::all_params`]), then every encoding's
+/// ([`crate::model::all_encoding_params`]).
 pub fn fields() -> Vec<&'static str> {
     let mut f = RUN_FIELDS.to_vec();
     f.extend(crate::task::all_params());
+    f.extend(crate::model::all_encoding_params());
     f
-}
-
-fn default_delta_init() -> DeltaInit {
-    DeltaInit::Zero
-}
-fn default_tapa_rho() -> f64 {
-    0.5
-}
-fn default_tapa_alpha() -> f64 {
-    0.1
-}
-fn default_tapa_phase() -> TapaPhase {
-    TapaPhase::Quadratic
 }
 /// Default [`RunConfig::max_grad_norm`]: orders of magnitude above the gradient norms of a
 /// run that trains (clipping is at `grad_clip`, typically 1).
@@ -160,11 +144,13 @@ pub struct RunConfig {
     pub vocab_size: usize,
     /// Context length (tokens per training sequence).
     pub seq_len: usize,
-    /// Positional encoding.
-    pub encoding: Encoding,
-    /// RoPE base.
+    /// The positional encoding and its own parameters ([`EncodingConfig`]); in sweep files
+    /// `encoding = "tapa"` with the encoding's parameters as flat keys beside it.
+    pub encoding: EncodingConfig,
+    /// RoPE base: the reference frequency grid of every encoding (see
+    /// [`ModelConfig::rope_base`]).
     pub rope_base: f64,
-    /// RoPE pair layout.
+    /// RoPE pair layout (also how the probe reads NoPE's pairs).
     pub pair_layout: PairLayout,
     /// Residual width.
     pub d_model: usize,
@@ -200,18 +186,6 @@ pub struct RunConfig {
     pub eval_batches: usize,
     /// Seed for data (train and eval streams derived from it) and initial weights.
     pub seed: u64,
-    /// PoPE: initialisation of the phase bias δ (`zero` or `uniform` in [−2π, 0]).
-    #[serde(default = "default_delta_init")]
-    pub pope_delta_init: DeltaInit,
-    /// TAPA: amplitude fraction ρ of each head, in (0, 1).
-    #[serde(default = "default_tapa_rho")]
-    pub tapa_rho: f64,
-    /// TAPA: distance exponent α.
-    #[serde(default = "default_tapa_alpha")]
-    pub tapa_alpha: f64,
-    /// TAPA: `quadratic` (the paper) or `linear` (ablation) phase.
-    #[serde(default = "default_tapa_phase")]
-    pub tapa_phase: TapaPhase,
     /// Size of the training set: example indices wrap modulo this (several passes over a fixed
     /// set, as in the papers); 0 = an endless stream of fresh examples.
     #[serde(default)]
@@ -244,27 +218,10 @@ pub struct RunConfig {
         skip_serializing_if = "is_default_stop_tol"
     )]
     pub stop_tol: f64,
-    /// `encoding = "p-rope"`: fraction `p ∈ (0, 1]` of RoPE's frequencies kept (the highest;
-    /// at least one pair). The three encoding options below are serialised only when not at
-    /// their defaults, so the ids of runs that do not use them are unchanged.
-    #[serde(default = "default_rope_p", skip_serializing_if = "is_default_rope_p")]
-    pub rope_p: f64,
-    /// `encoding = "partial-rope"`: rotated dims of each head (even, `2..=head_dim`; 0 =
-    /// `head_dim`); frequencies `rope_base^(−2i/rotary_dim)`; `pair_layout` within them
-    /// (`rotate-half`: GPT-NeoX, `adjacent`: GPT-J).
-    #[serde(default, skip_serializing_if = "is_zero_usize")]
-    pub rotary_dim: usize,
     /// Hybrid layers: every `nope_every`-th layer uses NoPE, the others `encoding` (Llama 4
     /// interleaves NoPE every 4th layer); 0 = none.
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub nope_every: usize,
-}
-
-fn default_rope_p() -> f64 {
-    1.0
-}
-fn is_default_rope_p(v: &f64) -> bool {
-    *v == 1.0
 }
 
 /// A [`RunConfig`] from a TOML table (a sweep's resolved run, or a run config after `--set`).
@@ -274,6 +231,7 @@ fn is_default_rope_p(v: &f64) -> bool {
 /// unknown-field message with the closest field name appended.
 pub fn from_toml(table: toml::Table) -> Result<RunConfig, String> {
     let table = crate::task::nest_task_fields(table)?;
+    let table = nest_encoding_fields(table)?;
     serde_path_to_error::deserialize(toml::Value::Table(table))
         .map_err(|e| crate::hint::at_field(&e.path().to_string(), e.inner().message()))
 }
@@ -293,13 +251,21 @@ impl RunConfig {
     ///
     /// # Errors
     /// One line: a config written by a lab of schema 1 (every task's parameters flat beside
-    /// `task`, before tasks had their own section), or serde's message naming the field.
+    /// `task`, before tasks had their own section) or of schema 2 (encoding parameters beside
+    /// `encoding`), or serde's message naming the field.
     pub fn from_json(text: &str) -> Result<RunConfig, String> {
         let value: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        if value.get("task").is_some_and(|t| t.is_string()) {
+        let old = if value.get("task").is_some_and(|t| t.is_string()) {
+            Some("1 (an older lab, task parameters beside `task`)")
+        } else if value.get("encoding").is_some_and(|t| t.is_string()) {
+            Some("2 (an older lab, encoding parameters beside `encoding`)")
+        } else {
+            None
+        };
+        if let Some(old) = old {
             return Err(format!(
-                "a run config of schema 1 (an older lab, task parameters beside `task`); this \
-                 lab reads schema {SCHEMA_VERSION}: run its sweep again (the runs get new ids)"
+                "a run config of schema {old}; this lab reads schema {SCHEMA_VERSION}: run its \
+                 sweep again (the runs get new ids)"
             ));
         }
         serde_path_to_error::deserialize(value)
@@ -365,62 +331,13 @@ impl RunConfig {
                 "must be a finite number > 1",
             ));
         }
-        if !(self.tapa_rho > 0.0 && self.tapa_rho < 1.0) {
-            return Err(ConfigError::new(
-                "tapa_rho",
-                self.tapa_rho,
-                "must be in (0, 1)",
-            ));
-        }
-        finite_range("tapa_alpha", self.tapa_alpha, 0.0, 10.0)?;
         finite_range("max_grad_norm", self.max_grad_norm, 0.0, 1e30)?;
         range("min_steps", self.min_steps, 0, self.steps)?;
         range("stop_window", self.stop_window, 1, 1000)?;
         open_closed_range("stop_tol", self.stop_tol, 0.0, 10.0)?;
-        let pairs = self.head_dim() / 2;
-        if !(self.rope_p > 0.0 && self.rope_p <= 1.0)
-            || (self.encoding == Encoding::PRope
-                && crate::model::p_rope::kept_pairs(self.head_dim(), self.rope_p) == 0)
-        {
-            return Err(ConfigError::new(
-                "rope_p",
-                self.rope_p,
-                format!(
-                    "must be in [1/{pairs}, 1] (keep at least one of the {pairs} rotary pairs)"
-                ),
-            ));
-        }
-        if self.rotary_dim != 0 && (self.rotary_dim % 2 != 0 || self.rotary_dim > self.head_dim()) {
-            return Err(ConfigError::new(
-                "rotary_dim",
-                self.rotary_dim,
-                format!(
-                    "must be 0 (all of head_dim) or an even number in 2..={}",
-                    self.head_dim()
-                ),
-            ));
-        }
-        // An option of another encoding would be ignored by this run's model: refuse it.
-        if self.rope_p != 1.0 && self.encoding != Encoding::PRope {
-            return Err(ConfigError::new(
-                "rope_p",
-                self.rope_p,
-                format!(
-                    "applies to encoding = \"p-rope\" only (this run: {}); remove it or use p-rope",
-                    self.encoding.name()
-                ),
-            ));
-        }
-        if self.rotary_dim != 0 && self.encoding != Encoding::PartialRope {
-            return Err(ConfigError::new(
-                "rotary_dim",
-                self.rotary_dim,
-                format!(
-                    "applies to encoding = \"partial-rope\" only (this run: {}); remove it or use partial-rope",
-                    self.encoding.name()
-                ),
-            ));
-        }
+        self.encoding
+            .validate(self.head_dim())
+            .map_err(|(field, value, allowed)| ConfigError::new(field, value, allowed))?;
         range("nope_every", self.nope_every, 0, self.n_layers)?;
         let task = self.task();
         task.validate()
@@ -477,16 +394,10 @@ impl RunConfig {
             n_layers: self.n_layers,
             n_heads: self.n_heads,
             d_ff: self.d_ff,
-            encoding: self.encoding,
+            encoding: self.encoding.clone(),
             rope_base: self.rope_base,
             pair_layout: self.pair_layout,
-            pope_delta_init: self.pope_delta_init,
-            tapa_rho: self.tapa_rho,
-            tapa_alpha: self.tapa_alpha,
-            tapa_phase: self.tapa_phase,
             attention: self.attention,
-            rope_p: self.rope_p,
-            rotary_dim: self.rotary_dim,
             nope_every: self.nope_every,
         }
     }
@@ -496,9 +407,9 @@ impl RunConfig {
         self.task.dep_width(self.vocab_size, self.seq_len)
     }
 
-    /// The config as flat `key → value` pairs: the task's parameters beside the other fields
-    /// and `task` holding the task's name (the form of sweep files and of the `runs` table's
-    /// columns).
+    /// The config as flat `key → value` pairs: the task's and the encoding's parameters beside
+    /// the other fields, `task` and `encoding` holding their names (the form of sweep files and
+    /// of the `runs` table's columns).
     pub fn flat(&self) -> serde_json::Map<String, serde_json::Value> {
         let serde_json::Value::Object(mut m) =
             serde_json::to_value(self).expect("RunConfig serialises")
@@ -506,7 +417,9 @@ impl RunConfig {
             unreachable!("a struct serialises to an object")
         };
         m.remove("task");
+        m.remove("encoding");
         m.extend(self.task.flat());
+        m.extend(self.encoding.flat());
         m
     }
 
@@ -532,7 +445,7 @@ impl RunConfig {
     /// How the probe reads this run's encoding, and each channel's frequency (the encoding's
     /// [`crate::model::PositionalEncoding::spectrum`]).
     pub fn spectrum(&self) -> crate::model::Spectrum {
-        self.encoding.spectrum(&self.model())
+        self.encoding.kind().spectrum(&self.model())
     }
 
     /// Frequencies (radians per token) the probe reports energy for, in `freq_index` order.
@@ -552,6 +465,70 @@ impl RunConfig {
         hasher.update(self.canonical_json().as_bytes());
         hasher.finalize().to_hex()[..16].to_string()
     }
+}
+
+/// Move a flat table's encoding parameters into its `encoding` section: `encoding = "tapa"`
+/// with `tapa_alpha = 0.2` beside it becomes `encoding = { kind = "tapa", tapa_alpha = 0.2 }`.
+/// An `encoding` that is already a section (a serialised run config) takes the flat keys over
+/// its own, so `--set tapa_alpha=0.2` overrides a stored run's value. Without `encoding` the
+/// table is returned as it is (serde then names the missing field).
+///
+/// # Errors
+/// One line: an unknown encoding (with the closest name), or a parameter of another encoding
+/// (`tapa_alpha` is a parameter of encoding tapa, not of this run's encoding rope).
+pub fn nest_encoding_fields(mut table: toml::Table) -> Result<toml::Table, String> {
+    let mut section = match table.remove("encoding") {
+        Some(toml::Value::String(name)) => {
+            let mut t = toml::Table::new();
+            t.insert("kind".into(), toml::Value::String(name));
+            t
+        }
+        Some(toml::Value::Table(t)) => t,
+        Some(other) => {
+            return Err(format!(
+                "encoding: invalid type: {}, expected an encoding name ({})",
+                other.type_str(),
+                Encoding::NAMES.join(", ")
+            ));
+        }
+        None => return Ok(table),
+    };
+    let name = match section.get("kind") {
+        Some(toml::Value::String(s)) => s.clone(),
+        _ => {
+            return Err(format!(
+                "encoding: expected an encoding name ({})",
+                Encoding::NAMES.join(", ")
+            ));
+        }
+    };
+    let kind = Encoding::from_name(&name).ok_or_else(|| {
+        format!(
+            "encoding: unknown variant `{name}`, expected one of {}{}",
+            Encoding::NAMES.join(", "),
+            did_you_mean(&name, Encoding::NAMES.iter().copied())
+        )
+    })?;
+    let keys: Vec<String> = table.keys().cloned().collect();
+    for key in keys {
+        if kind.params().contains(&key.as_str()) {
+            let v = table.remove(&key).expect("listed key");
+            section.insert(key, v);
+        } else if let Some(owner) = Encoding::ALL
+            .iter()
+            .find(|e| e.params().contains(&key.as_str()))
+        {
+            return Err(format!(
+                "{key}: a parameter of encoding {}, not of this run's encoding {}; remove it, \
+                 or set it only for runs with encoding = \"{}\" (in their [[arms]])",
+                owner.name(),
+                kind.name(),
+                owner.name()
+            ));
+        }
+    }
+    table.insert("encoding".into(), toml::Value::Table(section));
+    Ok(table)
 }
 
 /// `v ∈ (lo, hi]` (NaN rejected), else a one-line error naming `field`.
@@ -591,7 +568,7 @@ pub(crate) mod tests {
             }),
             vocab_size: 16,
             seq_len: 16,
-            encoding: Encoding::Rope,
+            encoding: Encoding::Rope.into(),
             rope_base: 10000.0,
             pair_layout: PairLayout::Adjacent,
             d_model: 16,
@@ -611,10 +588,6 @@ pub(crate) mod tests {
             eval_every: 2,
             eval_batches: 1,
             seed: 0,
-            pope_delta_init: DeltaInit::Zero,
-            tapa_rho: 0.5,
-            tapa_alpha: 0.1,
-            tapa_phase: TapaPhase::Quadratic,
             train_examples: 0,
             attention: AttentionKernel::Fused,
             max_grad_norm: DEFAULT_MAX_GRAD_NORM,
@@ -622,8 +595,6 @@ pub(crate) mod tests {
             min_steps: 0,
             stop_window: 3,
             stop_tol: 0.05,
-            rope_p: 1.0,
-            rotary_dim: 0,
             nope_every: 0,
         }
     }
@@ -669,16 +640,8 @@ pub(crate) mod tests {
     fn fields_list_matches_struct() {
         let v = serde_json::to_value(tiny()).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
-        // the stopping and encoding options at their defaults: not serialised
-        keys.extend([
-            "stop",
-            "min_steps",
-            "stop_window",
-            "stop_tol",
-            "rope_p",
-            "rotary_dim",
-            "nope_every",
-        ]);
+        // the stopping options and nope_every at their defaults: not serialised
+        keys.extend(["stop", "min_steps", "stop_window", "stop_tol", "nope_every"]);
         let mut sorted = RUN_FIELDS.to_vec();
         sorted.sort();
         let mut keys_sorted = keys.clone();
@@ -708,13 +671,97 @@ pub(crate) mod tests {
         );
     }
 
-    /// A schema-1 `config.json` (flat task parameters) gets one line saying what to do.
+    /// An encoding's parameters nest into its section, only its own are serialised, and a
+    /// parameter of another encoding is refused by name; each parameter type's `NAMES` lists
+    /// what it serialises.
+    #[test]
+    fn flat_tables_nest_into_the_encoding_section() {
+        use crate::model::{PRopeParams, TapaParams, TapaPhase};
+        let mut t = toml::Table::try_from(tiny().flat()).unwrap();
+        assert_eq!(t["encoding"].as_str(), Some("rope"));
+        t.insert("encoding".into(), "tapa".into());
+        t.insert("tapa_alpha".into(), toml::Value::Float(0.2));
+        let c = from_toml(t.clone()).unwrap();
+        assert_eq!(
+            c.encoding,
+            EncodingConfig::Tapa(TapaParams {
+                tapa_rho: 0.5,
+                tapa_alpha: 0.2,
+                tapa_phase: TapaPhase::Quadratic
+            })
+        );
+        assert!(c.canonical_json().contains(
+            r#""encoding":{"kind":"tapa","tapa_rho":0.5,"tapa_alpha":0.2,"tapa_phase":"quadratic"}"#
+        ));
+        let flat = c.flat();
+        assert_eq!(flat["encoding"], "tapa");
+        assert_eq!(flat["tapa_alpha"], 0.2);
+        assert!(!tiny().flat().contains_key("tapa_alpha") && !tiny().flat().contains_key("rope_p"));
+        // `--set` over a stored (nested) config: the flat key wins.
+        let mut stored = toml::Table::try_from(&c).unwrap();
+        stored.insert("tapa_alpha".into(), toml::Value::Float(0.3));
+        let again = from_toml(stored).unwrap();
+        assert_eq!(
+            again.encoding,
+            EncodingConfig::Tapa(TapaParams {
+                tapa_alpha: 0.3,
+                ..TapaParams::default()
+            })
+        );
+        t.insert("rope_p".into(), toml::Value::Float(0.5));
+        assert_eq!(
+            from_toml(t).unwrap_err(),
+            "rope_p: a parameter of encoding p-rope, not of this run's encoding tapa; remove it, \
+             or set it only for runs with encoding = \"p-rope\" (in their [[arms]])"
+        );
+        let mut t = toml::Table::try_from(tiny().flat()).unwrap();
+        t.insert("encoding".into(), "ropee".into());
+        let e = from_toml(t).unwrap_err();
+        assert!(
+            e.starts_with("encoding: unknown variant `ropee`") && e.contains("did you mean `rope`"),
+            "{e}"
+        );
+        // Ranges of an encoding's own parameters.
+        let mut c = tiny();
+        c.encoding = EncodingConfig::PRope(PRopeParams { rope_p: 0.01 });
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "rope_p = 0.01 is out of range: must be in [1/4, 1] (keep at least one of the 4 rotary pairs)"
+        );
+        c.encoding = EncodingConfig::Tapa(TapaParams {
+            tapa_rho: 1.0,
+            ..TapaParams::default()
+        });
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "tapa_rho = 1 is out of range: must be in (0, 1)"
+        );
+        for e in Encoding::ALL {
+            let cfg = EncodingConfig::from(*e);
+            assert_eq!(cfg.kind(), *e);
+            let mut keys: Vec<String> = cfg.flat().keys().cloned().collect();
+            keys.retain(|k| k != "encoding");
+            let mut names: Vec<String> = e.params().iter().map(|s| s.to_string()).collect();
+            keys.sort();
+            names.sort();
+            assert_eq!(keys, names, "{}", e.name());
+        }
+    }
+
+    /// A schema-1 `config.json` (flat task parameters) or a schema-2 one (flat encoding
+    /// parameters) gets one line saying what to do.
     #[test]
     fn schema_1_configs_are_named() {
         let mut old = tiny().flat();
         old.insert("ops".into(), 4.into());
         let e = RunConfig::from_json(&serde_json::Value::Object(old).to_string()).unwrap_err();
         assert!(e.starts_with("a run config of schema 1"), "{e}");
+        let two = tiny()
+            .canonical_json()
+            .replace(r#""encoding":{"kind":"rope"}"#, r#""encoding":"rope""#);
+        assert_ne!(two, tiny().canonical_json());
+        let e = RunConfig::from_json(&two).unwrap_err();
+        assert!(e.starts_with("a run config of schema 2"), "{e}");
         assert_eq!(
             RunConfig::from_json(&tiny().canonical_json()).unwrap(),
             tiny()

@@ -19,11 +19,15 @@ use parquet::file::properties::WriterProperties;
 
 /// Version of the lab's table schemas and run-identity hash. Bump when a column changes meaning.
 ///
+/// 3 (2026-12-02): a run's encoding parameters form its own section too (config JSON
+/// `"encoding": {"kind": "tapa", "tapa_rho": …}`), so run ids changed again, and a run's tables
+/// hold only its own encoding's parameters (`tapa_alpha` is null for a RoPE run, `rope_p` for
+/// anything but p-RoPE).
 /// 2 (2026-12-02): a run's task parameters form its own section (config JSON
 /// `"task": {"kind": "block", "variant": …}`), so run ids changed, and a run's tables hold only
 /// its own task's parameters (`variant`, `block_len`, `noise` are null for a non-block run).
 /// 1: every task's parameters in every run.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Errors of the results layer.
 #[derive(Debug, thiserror::Error)]

@@ -10,8 +10,8 @@ use burn::module::{Module, Param};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use lab::config::RunConfig;
 use lab::model::{
-    DeltaInit, Encoding, ModelConfig, PairLayout, PositionalAttention, TapaPhase, causal_attention,
-    causal_mask,
+    Encoding, EncodingConfig, ModelConfig, PairLayout, PositionalAttention, TapaPhase,
+    causal_attention, causal_mask,
 };
 use rand::{Rng, SeedableRng};
 
@@ -22,21 +22,15 @@ const D: usize = 8;
 
 fn model_config(encoding: Encoding, phase: TapaPhase) -> ModelConfig {
     ModelConfig {
-        rope_p: 1.0,
-        rotary_dim: 0,
         nope_every: 0,
         vocab_size: 12,
         d_model: H * D,
         n_layers: 1,
         n_heads: H,
         d_ff: 16,
-        encoding,
+        encoding: EncodingConfig::for_kernel_checks(encoding, phase),
         rope_base: 100.0,
         pair_layout: PairLayout::RotateHalf,
-        pope_delta_init: DeltaInit::Uniform,
-        tapa_rho: 0.5,
-        tapa_alpha: 0.1,
-        tapa_phase: phase,
         attention: lab::model::AttentionKernel::Reference,
     }
 }

@@ -27,7 +27,6 @@ EXPECTED = {
         "batch_size": I64, "lr": F64, "warmup_steps": I64, "min_lr_ratio": F64,
         "weight_decay": F64, "beta1": F64, "beta2": F64, "adam_eps": F64, "grad_clip": F64,
         "eval_every": I64, "eval_batches": I64, "seed": I64,
-        "pope_delta_init": S, "tapa_rho": F64, "tapa_alpha": F64, "tapa_phase": S,
         "train_examples": I64, "attention": S, "max_grad_norm": F64,
         "final_train_loss": F64, "final_eval_loss": F64, "final_eval_accuracy": F64,
         "answer_accuracy": F64, "solution_valid": F64,
@@ -62,24 +61,42 @@ EXPECTED = {
 }
 
 
+# Schema 3: an encoding's own parameters are columns only when a run of that encoding is in the
+# table (null for the others); when present they have these types.
+OPTIONAL = {
+    "runs": {
+        "pope_delta_init": S, "tapa_rho": F64, "tapa_alpha": F64, "tapa_phase": S, "rope_p": F64,
+        "rotary_dim": I64, "nope_every": I64,
+    },
+}
+
+
 def main() -> int:
     root = Path(sys.argv[1])
     problems = []
     for table, expected in EXPECTED.items():
         path = root / f"{table}.parquet"
         df = pl.read_parquet(path)
+        optional = OPTIONAL.get(table, {})
+        for col, dtype in optional.items():
+            if col in df.schema and df.schema[col] != dtype:
+                problems.append(f"{table}.{col}: {df.schema[col]} instead of {dtype}")
         for col, dtype in expected.items():
             if col not in df.schema:
                 problems.append(f"{table}: missing column {col}")
             elif df.schema[col] != dtype:
                 problems.append(f"{table}.{col}: {df.schema[col]} instead of {dtype}")
-        extra = set(df.columns) - set(expected)
+        extra = set(df.columns) - set(expected) - set(optional)
         if extra:
             problems.append(f"{table}: undocumented columns {sorted(extra)}")
         if df.height == 0:
             problems.append(f"{table}: no rows")
-        # The per-run parts load lazily as one table too.
-        if table != "fit":
+        # The per-run parts load lazily as one table too; the parts of `runs` differ in their
+        # task's and encoding's columns, so they are concatenated diagonally.
+        if table == "runs":
+            parts = sorted((root / "runs").glob("*/runs.parquet"))
+            lazy = pl.concat([pl.read_parquet(p) for p in parts], how="diagonal_relaxed")
+        elif table != "fit":
             lazy = pl.scan_parquet(str(root / "runs" / "*" / f"{table}.parquet")).collect()
             if lazy.height != df.height:
                 problems.append(f"{table}: merged has {df.height} rows, parts {lazy.height}")
@@ -93,6 +110,19 @@ def main() -> int:
         if not isinstance(section, dict) or section.get("kind") != task:
             problems.append(f"runs: config_json task section {section!r} does not name task {task}")
             break
+    # Schema 3: the same for the encoding, and a run's row has its own encoding's parameters
+    # only (a PoPE row has pope_delta_init, a RoPE row no TAPA parameter).
+    own = {"pope": ["pope_delta_init"], "tapa": ["tapa_rho", "tapa_alpha", "tapa_phase"],
+           "p-rope": ["rope_p"], "partial-rope": ["rotary_dim"]}
+    for row in runs.iter_rows(named=True):
+        section = json.loads(row["config_json"])["encoding"]
+        if not isinstance(section, dict) or section.get("kind") != row["encoding"]:
+            problems.append(f"runs: config_json encoding section {section!r} does not name {row['encoding']}")
+            break
+        for enc, cols in own.items():
+            for col in cols:
+                if col in row and (row[col] is not None) != (row["encoding"] == enc):
+                    problems.append(f"runs: {row['encoding']} run {row['run_id']} has {col} = {row[col]!r}")
     spectrum = pl.read_parquet(root / "spectrum.parquet")
     sums = spectrum.group_by(["run_id", "step", "layer", "head"]).agg(pl.col("energy_frac").sum())
     if (sums["energy_frac"] - 1.0).abs().max() > 1e-9:

@@ -27,8 +27,9 @@ use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
 use burn_cubecl::tensor::CubeTensor;
 use lab::kernels::cube::{self, CubeAttentionParams, CubeEncoding, CubePrimitives, CubeStrategy};
 use lab::model::{
-    AttentionKernel, DeltaInit, Encoding, ModelConfig, PRope, PairLayout, PartialRope,
-    PositionalAttention, TapaPhase, causal_attention, causal_mask,
+    AttentionKernel, Encoding, EncodingConfig, ModelConfig, PRope, PRopeParams, PairLayout,
+    PartialRope, PartialRopeParams, PositionalAttention, TapaParams, TapaPhase, causal_attention,
+    causal_mask,
 };
 use rand::{Rng, SeedableRng};
 
@@ -55,21 +56,15 @@ fn random(n: usize, seed: u64, scale: f32) -> Vec<f32> {
 
 fn config(encoding: Encoding, heads: usize, d: usize) -> ModelConfig {
     ModelConfig {
-        rope_p: 1.0,
-        rotary_dim: 0,
         nope_every: 0,
         vocab_size: 8,
         d_model: heads * d,
         n_layers: 1,
         n_heads: heads,
         d_ff: 8,
-        encoding,
+        encoding: EncodingConfig::for_kernel_checks(encoding, TapaPhase::Quadratic),
         rope_base: 10000.0,
         pair_layout: PairLayout::Adjacent,
-        pope_delta_init: DeltaInit::Uniform,
-        tapa_rho: 0.5,
-        tapa_alpha: 0.1,
-        tapa_phase: TapaPhase::Quadratic,
         attention: AttentionKernel::Reference,
     }
 }
@@ -162,12 +157,18 @@ fn check(case: Case) {
         if let Case::Rope { layout, .. } | Case::Partial { layout } = case {
             cfg.pair_layout = layout;
         }
-        cfg.rotary_dim = d / 2;
-        cfg.rope_p = 0.5;
-        if let Case::Tapa { phase, alpha } = case {
-            cfg.tapa_phase = phase;
-            cfg.tapa_alpha = alpha;
-        }
+        cfg.encoding = match case {
+            Case::Partial { .. } => {
+                EncodingConfig::PartialRope(PartialRopeParams { rotary_dim: d / 2 })
+            }
+            Case::PRope => EncodingConfig::PRope(PRopeParams { rope_p: 0.5 }),
+            Case::Tapa { phase, alpha } => EncodingConfig::Tapa(TapaParams {
+                tapa_phase: phase,
+                tapa_alpha: alpha,
+                ..TapaParams::default()
+            }),
+            _ => cfg.encoding,
+        };
         let mut pos = PositionalAttention::new(&cfg, 7, &ref_device);
         if let (Case::Rope { yarn: true, .. }, PositionalAttention::Rope(r)) = (case, &mut pos) {
             // A YaRN-like scaling: low frequencies interpolated by 4, the rest kept, factor 1.2.
@@ -414,7 +415,7 @@ fn cube_backend_extension_matches_reference() {
     ] {
         let mut cfg = config(encoding, h, d);
         cfg.pair_layout = PairLayout::RotateHalf;
-        cfg.tapa_phase = phase;
+        cfg.encoding = EncodingConfig::for_kernel_checks(encoding, phase);
         let pos = PositionalAttention::new(&cfg, 3, &ref_device);
         let scale = if encoding == Encoding::Tapa { 0.5 } else { 1.0 };
         let (q, k, v, g) = (

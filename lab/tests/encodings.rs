@@ -6,8 +6,8 @@ use burn::tensor::{Device, Tensor, TensorData};
 use lab::config::RunConfig;
 use lab::model::p_rope::{kept_pairs, p_rope_inv_freq};
 use lab::model::{
-    AttentionKernel, DeltaInit, Encoding, ModelConfig, PairLayout, PositionalAttention,
-    PositionalEncoding, Rope, SpectrumMap, TapaPhase,
+    AttentionKernel, Encoding, EncodingConfig, ModelConfig, PRopeParams, PairLayout,
+    PartialRopeParams, PositionalAttention, PositionalEncoding, Rope, SpectrumMap,
 };
 use rand::{Rng, SeedableRng};
 
@@ -18,16 +18,10 @@ fn model_config(encoding: Encoding, head_dim: usize, rope_base: f64) -> ModelCon
         n_layers: 4,
         n_heads: 1,
         d_ff: 8,
-        encoding,
+        encoding: encoding.into(),
         rope_base,
         pair_layout: PairLayout::Adjacent,
-        pope_delta_init: DeltaInit::Zero,
-        tapa_rho: 0.5,
-        tapa_alpha: 0.1,
-        tapa_phase: TapaPhase::Quadratic,
         attention: AttentionKernel::Reference,
-        rope_p: 1.0,
-        rotary_dim: 0,
         nope_every: 0,
     }
 }
@@ -73,9 +67,9 @@ fn p_rope_keeps_the_highest_fraction_of_frequencies() {
 fn p_rope_and_partial_rotary_agree_where_they_coincide() {
     let device = Device::flex();
     let mut p = model_config(Encoding::PRope, 8, 1e4);
-    p.rope_p = 0.5;
+    p.encoding = EncodingConfig::PRope(PRopeParams { rope_p: 0.5 });
     let mut r = model_config(Encoding::PartialRope, 8, 100.0);
-    r.rotary_dim = 4;
+    r.encoding = EncodingConfig::PartialRope(PartialRopeParams { rotary_dim: 4 });
     let (_, q) = random([2, 1, 9, 8], 1);
     let (_, k) = random([2, 1, 9, 8], 2);
     let sp = values(PositionalAttention::new(&p, 0, &device).scores(q.clone(), k.clone()));
@@ -142,7 +136,7 @@ fn partial_rotary_passes_dims_through_and_pairs_within_the_rotated_part() {
 #[test]
 fn the_probe_ignores_unrotated_dims() {
     let mut p = model_config(Encoding::PRope, 8, 1e4);
-    p.rope_p = 0.5;
+    p.encoding = EncodingConfig::PRope(PRopeParams { rope_p: 0.5 });
     let s = Encoding::PRope.spectrum(&p);
     assert_eq!(
         s.map,
@@ -152,7 +146,7 @@ fn the_probe_ignores_unrotated_dims() {
     );
     assert_eq!(s.freqs.len(), 2);
     let mut r = model_config(Encoding::PartialRope, 8, 100.0);
-    r.rotary_dim = 4;
+    r.encoding = EncodingConfig::PartialRope(PartialRopeParams { rotary_dim: 4 });
     r.pair_layout = PairLayout::RotateHalf;
     let s = Encoding::PartialRope.spectrum(&r);
     assert_eq!(
@@ -205,7 +199,30 @@ fn names_round_trip_and_unknown_names_list_the_registry() {
         assert_eq!(json, format!("\"{}\"", e.name()));
         assert_eq!(serde_json::from_str::<Encoding>(&json).unwrap(), e);
     }
+    // The registry's names are the types' NAME.
     assert_eq!(<lab::model::PRope as PositionalEncoding>::NAME, "p-rope");
+    let names: Vec<&str> = Encoding::ALL
+        .iter()
+        .map(|e| {
+            EncodingConfig::from(*e).flat()["encoding"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .map(|n| Encoding::from_name(&n).unwrap().name())
+        .collect();
+    assert_eq!(names, Encoding::NAMES);
+    assert_eq!(
+        [
+            <lab::model::Nope as PositionalEncoding>::NAME,
+            <lab::model::Rope as PositionalEncoding>::NAME,
+            <lab::model::Pope as PositionalEncoding>::NAME,
+            <lab::model::Tapa as PositionalEncoding>::NAME,
+            <lab::model::PRope as PositionalEncoding>::NAME,
+            <lab::model::PartialRope as PositionalEncoding>::NAME,
+        ],
+        Encoding::NAMES
+    );
     let err = serde_json::from_str::<Encoding>("\"prope\"")
         .unwrap_err()
         .to_string();
@@ -216,6 +233,10 @@ fn names_round_trip_and_unknown_names_list_the_registry() {
 }
 
 fn run_config(extra: serde_json::Value) -> RunConfig {
+    try_run_config(extra).unwrap()
+}
+
+fn try_run_config(extra: serde_json::Value) -> Result<RunConfig, String> {
     let mut v = serde_json::json!({
         "task": "block", "variant": "copy", "vocab_size": 16, "seq_len": 32, "block_len": 4,
         "noise": 0.0, "encoding": "rope", "rope_base": 100.0, "pair_layout": "adjacent",
@@ -227,12 +248,15 @@ fn run_config(extra: serde_json::Value) -> RunConfig {
     for (k, x) in extra.as_object().unwrap() {
         v[k] = x.clone();
     }
-    lab::config::from_flat_json(v).unwrap()
+    lab::config::from_flat_json(v)
 }
 
 #[test]
 fn bad_encoding_options_name_the_field_and_range() {
-    let err = |extra| run_config(extra).validate().unwrap_err().to_string();
+    let err = |extra| match try_run_config(extra) {
+        Ok(c) => c.validate().unwrap_err().to_string(),
+        Err(e) => e,
+    };
     // head_dim 8: 4 pairs.
     assert_eq!(
         err(serde_json::json!({"encoding": "p-rope", "rope_p": 0.2})),
@@ -245,11 +269,11 @@ fn bad_encoding_options_name_the_field_and_range() {
     // An option of another encoding would be silently ignored: refused by name.
     assert_eq!(
         err(serde_json::json!({"rope_p": 0.5})),
-        "rope_p = 0.5 is out of range: applies to encoding = \"p-rope\" only (this run: rope); remove it or use p-rope"
+        "rope_p: a parameter of encoding p-rope, not of this run's encoding rope; remove it, or set it only for runs with encoding = \"p-rope\" (in their [[arms]])"
     );
     assert_eq!(
         err(serde_json::json!({"encoding": "pope", "rotary_dim": 4})),
-        "rotary_dim = 4 is out of range: applies to encoding = \"partial-rope\" only (this run: pope); remove it or use partial-rope"
+        "rotary_dim: a parameter of encoding partial-rope, not of this run's encoding pope; remove it, or set it only for runs with encoding = \"partial-rope\" (in their [[arms]])"
     );
     assert_eq!(
         err(serde_json::json!({"encoding": "partial-rope", "rotary_dim": 5})),
@@ -259,9 +283,20 @@ fn bad_encoding_options_name_the_field_and_range() {
         err(serde_json::json!({"nope_every": 3})),
         "nope_every = 3 is out of range: must be in 0..=2"
     );
-    // Defaults are not serialised: the ids of runs that do not use the new options are unchanged.
+    // A run's config holds only its own encoding's parameters; nope_every is serialised only
+    // when set.
     let plain = run_config(serde_json::json!({}));
     assert!(!plain.canonical_json().contains("rope_p"));
+    assert!(
+        plain
+            .canonical_json()
+            .contains(r#""encoding":{"kind":"rope"}"#)
+    );
+    let p = run_config(serde_json::json!({"encoding": "p-rope", "rope_p": 0.5}));
+    assert!(
+        p.canonical_json()
+            .contains(r#""encoding":{"kind":"p-rope","rope_p":0.5}"#)
+    );
     assert!(!plain.canonical_json().contains("nope_every"));
     let hybrid = run_config(serde_json::json!({"nope_every": 2}));
     hybrid.validate().unwrap();

@@ -8,28 +8,22 @@
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use lab::config::RunConfig;
 use lab::model::{
-    AttentionKernel, DeltaInit, Encoding, ModelConfig, PairLayout, PositionalAttention, TapaPhase,
-    Transformer,
+    AttentionKernel, Encoding, EncodingConfig, ModelConfig, PRopeParams, PairLayout,
+    PartialRopeParams, PositionalAttention, TapaPhase, Transformer,
 };
 use rand::{Rng, SeedableRng};
 
 fn model_config(encoding: Encoding, phase: TapaPhase, attention: AttentionKernel) -> ModelConfig {
     ModelConfig {
-        rope_p: 1.0,
-        rotary_dim: 0,
         nope_every: 0,
         vocab_size: 11,
         d_model: 32,
         n_layers: 2,
         n_heads: 2,
         d_ff: 48,
-        encoding,
+        encoding: EncodingConfig::for_kernel_checks(encoding, phase),
         rope_base: 100.0,
         pair_layout: PairLayout::RotateHalf,
-        pope_delta_init: DeltaInit::Uniform,
-        tapa_rho: 0.5,
-        tapa_alpha: 0.1,
-        tapa_phase: phase,
         attention,
     }
 }
@@ -107,18 +101,20 @@ fn new_encodings_and_hybrid_layers_fused_match_reference() {
     };
     fused_matches_reference(
         "p-rope p=0.5 rotate-half",
-        &with(Encoding::PRope, PairLayout::RotateHalf, |c| c.rope_p = 0.5),
+        &with(Encoding::PRope, PairLayout::RotateHalf, |c| {
+            c.encoding = EncodingConfig::PRope(PRopeParams { rope_p: 0.5 })
+        }),
     );
     fused_matches_reference(
         "partial-rope r=8 rotate-half (GPT-NeoX)",
         &with(Encoding::PartialRope, PairLayout::RotateHalf, |c| {
-            c.rotary_dim = 8
+            c.encoding = EncodingConfig::PartialRope(PartialRopeParams { rotary_dim: 8 })
         }),
     );
     fused_matches_reference(
         "partial-rope r=6 adjacent (GPT-J)",
         &with(Encoding::PartialRope, PairLayout::Adjacent, |c| {
-            c.rotary_dim = 6
+            c.encoding = EncodingConfig::PartialRope(PartialRopeParams { rotary_dim: 6 })
         }),
     );
     fused_matches_reference(

@@ -1038,7 +1038,8 @@ pub fn flash_backward(
 mod tests {
     use super::*;
     use crate::model::{
-        DeltaInit, Encoding, ModelConfig, PositionalAttention, causal_attention, causal_mask,
+        Encoding, EncodingConfig, ModelConfig, PositionalAttention, TapaParams, causal_attention,
+        causal_mask,
     };
     use burn::tensor::{Device, Tensor, TensorData};
     use rand::{Rng, SeedableRng};
@@ -1050,21 +1051,15 @@ mod tests {
 
     fn config(encoding: Encoding, heads: usize, d: usize) -> ModelConfig {
         ModelConfig {
-            rope_p: 1.0,
-            rotary_dim: 0,
             nope_every: 0,
             vocab_size: 8,
             d_model: heads * d,
             n_layers: 1,
             n_heads: heads,
             d_ff: 8,
-            encoding,
+            encoding: EncodingConfig::for_kernel_checks(encoding, TapaPhase::Quadratic),
             rope_base: 10000.0,
             pair_layout: PairLayout::Adjacent,
-            pope_delta_init: DeltaInit::Uniform,
-            tapa_rho: 0.5,
-            tapa_alpha: 0.1,
-            tapa_phase: TapaPhase::Quadratic,
             attention: crate::model::AttentionKernel::Reference,
         }
     }
@@ -1120,10 +1115,7 @@ mod tests {
             let ref_out = reference.clone().into_data().try_to_vec::<f32>().unwrap();
             let grads = (reference * tg).sum().backward();
             let (out, lse) = flash_forward(&q, &k, &v, delta.as_deref(), shape, &enc);
-            let what = format!(
-                "{:?}/{:?}/{:?} {shape:?}",
-                cfg.encoding, cfg.pair_layout, cfg.tapa_phase
-            );
+            let what = format!("{:?}/{:?} {shape:?}", cfg.encoding, cfg.pair_layout);
             let close = |a: &[f32], r: &[f32], name: &str| {
                 assert_eq!(a.len(), r.len());
                 for (i, (x, y)) in a.iter().zip(r).enumerate() {
@@ -1202,7 +1194,10 @@ mod tests {
     fn tapa_matches_reference_both_phases() {
         for phase in [TapaPhase::Quadratic, TapaPhase::Linear] {
             let mut cfg = config(Encoding::Tapa, 2, 8);
-            cfg.tapa_phase = phase;
+            cfg.encoding = EncodingConfig::Tapa(TapaParams {
+                tapa_phase: phase,
+                ..TapaParams::default()
+            });
             // Inputs of order 0.5 keep TAPA's phase 2π·D·P of order a few radians.
             check(&cfg, 0.5, None);
         }

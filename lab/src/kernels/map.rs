@@ -49,10 +49,11 @@ impl PairLayout {
 }
 
 /// Phase form.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TapaPhase {
     /// `q_P·k_P` (the paper's quadratic phase).
+    #[default]
     Quadratic,
     /// `Σ q_P + Σ k_P` (the linear-phase ablation).
     Linear,

@@ -3,7 +3,12 @@
 //! and listed once in the registry (`encodings!` in `model/mod.rs`).
 //!
 //! An encoding owns (DESIGN.md, "Layout"):
-//! - its construction from the model's config ([`PositionalEncoding::new`]);
+//! - its parameters, its own config section ([`PositionalEncoding::Params`], an
+//!   [`EncodingParams`] type in the encoding's file: TAPA's `tapa_rho`, `tapa_alpha`,
+//!   `tapa_phase`, PoPE's `pope_delta_init`, p-RoPE's `rope_p`, partial rotary's `rotary_dim`;
+//!   RoPE and NoPE have none, [`NoParams`]). The model-wide `rope_base` and `pair_layout` are
+//!   not an encoding's: they set the reference grid every encoding's spectrum is read on;
+//! - its construction from the model's config and its parameters ([`PositionalEncoding::new`]);
 //! - its reference scores from burn tensor ops ([`PositionalEncoding::scores`]);
 //! - its score-space map for the fused kernels ([`PositionalEncoding::kernel_map`], a plain
 //!   [`KernelEncoding`] description: the kernels know that type, not the encodings);
@@ -13,6 +18,7 @@
 //! Shapes: `q`, `k` are `[batch, heads, seq, head_dim]`; scores `[batch, heads, seq, seq]`.
 
 use burn::tensor::{Device, Tensor};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use super::ModelConfig;
 use super::scaling::ScaledFreqs;
@@ -50,10 +56,43 @@ pub struct Spectrum {
     pub freqs: Vec<f64>,
 }
 
+/// A parameter of an encoding that is out of range: `(field, value, allowed)`, turned into the
+/// config's one-line error by [`crate::config::RunConfig::validate`].
+pub type ParamError = (&'static str, String, String);
+
+/// An encoding's own parameters: its config section besides `kind`. In sweep files, on the
+/// command line and as `runs.parquet` columns they are flat keys beside `encoding = "<name>"`.
+pub trait EncodingParams:
+    Clone + std::fmt::Debug + PartialEq + Default + Serialize + DeserializeOwned
+{
+    /// The parameter names, as serialised.
+    const NAMES: &'static [&'static str];
+
+    /// Check every parameter for a model with heads of `head_dim` dimensions.
+    ///
+    /// # Errors
+    /// The first bad parameter, its value and its allowed range.
+    fn validate(&self, _head_dim: usize) -> Result<(), ParamError> {
+        Ok(())
+    }
+}
+
+/// The parameters of an encoding that has none (RoPE, NoPE).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
+impl EncodingParams for NoParams {
+    const NAMES: &'static [&'static str] = &[];
+}
+
 /// One positional encoding: everything the model, the fused kernels and the probe need.
 pub trait PositionalEncoding: Sized {
-    /// Name in configs and tables (`encoding = "p-rope"`).
+    /// Name in configs and tables (`encoding = "p-rope"`); the registry line repeats it (a test
+    /// checks they agree).
     const NAME: &'static str;
+    /// The encoding's own parameters.
+    type Params: EncodingParams;
     /// Whether the spectrum's channels are position frequencies, so the law is fitted on them
     /// (RoPE family, PoPE), or not (NoPE: a control; TAPA: per-token-pair frequencies).
     const FITS_LAW: bool;
@@ -61,11 +100,12 @@ pub trait PositionalEncoding: Sized {
     /// band ablation of the causal check (its frequencies are RoPE's `θ_i` per pair).
     const ROPE_SCALABLE: bool;
 
-    /// The encoding for one layer of a model with `config` (PoPE draws δ from `seed`).
-    fn new(config: &ModelConfig, seed: u64, device: &Device) -> Self;
+    /// The encoding for one layer of a model with `config` and the encoding's `params` (PoPE
+    /// draws δ from `seed`).
+    fn new(config: &ModelConfig, params: &Self::Params, seed: u64, device: &Device) -> Self;
 
-    /// The probe's view for `config` (needs no weights).
-    fn spectrum(config: &ModelConfig) -> Spectrum;
+    /// The probe's view for `config` and `params` (needs no weights).
+    fn spectrum(config: &ModelConfig, params: &Self::Params) -> Spectrum;
 
     /// Attention logits before mask and softmax, already scaled: `q`, `k`
     /// `[batch, heads, seq, head_dim]` → `[batch, heads, seq, seq]`.

@@ -29,20 +29,23 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 use serde::{Deserialize, Serialize};
 
-pub use encoding::{KernelEncoding, PositionalEncoding, Spectrum, SpectrumMap};
+pub use encoding::{
+    EncodingParams, KernelEncoding, NoParams, ParamError, PositionalEncoding, Spectrum, SpectrumMap,
+};
 pub use nope::Nope;
-pub use p_rope::PRope;
-pub use partial_rope::PartialRope;
-pub use pope::{DeltaInit, Pope};
+pub use p_rope::{PRope, PRopeParams};
+pub use partial_rope::{PartialRope, PartialRopeParams};
+pub use pope::{DeltaInit, Pope, PopeParams};
 pub use rope::{PairLayout, Rope};
-pub use tapa::{Tapa, TapaPhase};
+pub use tapa::{Tapa, TapaParams, TapaPhase};
 
-/// The registry of encodings: one line per encoding (its variant name and its type, which
-/// implements [`PositionalEncoding`]). It generates [`Encoding`] (the config value, named by
-/// each type's `NAME`) and [`PositionalAttention`] (the burn module holding one layer's
+/// The registry of encodings: one line per encoding (its variant name, its type, which
+/// implements [`PositionalEncoding`], and its name, the type's `NAME`). It generates
+/// [`Encoding`] (which encoding), [`EncodingConfig`] (the encoding with its own parameters, a
+/// run's config section) and [`PositionalAttention`] (the burn module holding one layer's
 /// encoding), whose methods dispatch to the trait.
 macro_rules! encodings {
-    ($($(#[$doc:meta])* $variant:ident($ty:ty),)*) => {
+    ($($(#[$doc:meta])* $variant:ident($ty:ty) = $name:literal,)*) => {
         /// Which positional encoding the attention uses (SCIENCE.md §1, §8); in configs and
         /// tables by its name (`rope`, `p-rope`, …).
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -79,10 +82,73 @@ macro_rules! encodings {
                 }
             }
 
-            /// The probe's view of this encoding in a model with `config`.
+            /// The encoding's own parameter names (its config section's keys besides `kind`).
+            pub fn params(self) -> &'static [&'static str] {
+                match self {
+                    $(Encoding::$variant => <<$ty as PositionalEncoding>::Params as EncodingParams>::NAMES,)*
+                }
+            }
+
+            /// The encoding named `name`.
+            pub fn from_name(name: &str) -> Option<Encoding> {
+                match name {
+                    $($name => Some(Encoding::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// The probe's view of this encoding in a model with `config`: with the model's
+            /// encoding parameters when it is the model's encoding, else with the encoding's
+            /// defaults (a hybrid model's NoPE layers).
             pub fn spectrum(self, config: &ModelConfig) -> Spectrum {
                 match self {
-                    $(Encoding::$variant => <$ty as PositionalEncoding>::spectrum(config),)*
+                    $(Encoding::$variant => {
+                        #[allow(unreachable_patterns)]
+                        let params = match &config.encoding {
+                            EncodingConfig::$variant(p) => p.clone(),
+                            _ => Default::default(),
+                        };
+                        <$ty as PositionalEncoding>::spectrum(config, &params)
+                    })*
+                }
+            }
+        }
+
+        /// A run's encoding and its own parameters, tagged by `kind`
+        /// (`{"kind": "tapa", "tapa_rho": 0.5, "tapa_alpha": 0.1, "tapa_phase": "quadratic"}`).
+        /// Sweep files, `--set` and `runs.parquet` write the parameters as flat keys beside
+        /// `encoding = "tapa"` ([`crate::config::nest_encoding_fields`] nests them); a
+        /// parameter of another encoding is refused by name.
+        #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+        #[serde(tag = "kind")]
+        pub enum EncodingConfig {
+            $($(#[$doc])* #[serde(rename = $name)] $variant(<$ty as PositionalEncoding>::Params),)*
+        }
+
+        impl EncodingConfig {
+            /// Which encoding this is.
+            pub fn kind(&self) -> Encoding {
+                match self {
+                    $(EncodingConfig::$variant(_) => Encoding::$variant,)*
+                }
+            }
+
+            /// Check the encoding's parameters for heads of `head_dim` dimensions.
+            ///
+            /// # Errors
+            /// The first bad parameter, its value and its allowed range.
+            pub fn validate(&self, head_dim: usize) -> Result<(), ParamError> {
+                match self {
+                    $(EncodingConfig::$variant(p) => p.validate(head_dim),)*
+                }
+            }
+        }
+
+        impl From<Encoding> for EncodingConfig {
+            /// The encoding with its default parameters.
+            fn from(e: Encoding) -> Self {
+                match e {
+                    $(Encoding::$variant => EncodingConfig::$variant(Default::default()),)*
                 }
             }
         }
@@ -96,10 +162,18 @@ macro_rules! encodings {
 
         impl PositionalAttention {
             /// Encoding `encoding` for a layer of a model with `config` (PoPE's δ drawn from
-            /// `seed` when uniform).
+            /// `seed` when uniform): with the model's encoding parameters when `encoding` is
+            /// the model's encoding, else with its defaults (a hybrid model's NoPE layers).
             pub fn new_for(encoding: Encoding, config: &ModelConfig, seed: u64, device: &Device) -> Self {
                 match encoding {
-                    $(Encoding::$variant => PositionalAttention::$variant(<$ty as PositionalEncoding>::new(config, seed, device)),)*
+                    $(Encoding::$variant => {
+                        #[allow(unreachable_patterns)]
+                        let params = match &config.encoding {
+                            EncodingConfig::$variant(p) => p.clone(),
+                            _ => Default::default(),
+                        };
+                        PositionalAttention::$variant(<$ty as PositionalEncoding>::new(config, &params, seed, device))
+                    })*
                 }
             }
 
@@ -149,17 +223,91 @@ macro_rules! encodings {
 
 encodings! {
     /// No positional encoding: plain `q·k/√d` under a causal mask.
-    Nope(Nope),
+    Nope(Nope) = "nope",
     /// Rotary position embedding, `θ_i = rope_base^(−2i/d)`.
-    Rope(Rope),
-    /// Polar coordinate position embedding, `θ_c = rope_base^(−(c−1)/d)`.
-    Pope(Pope),
-    /// Token-aware phase attention.
-    Tapa(Tapa),
+    Rope(Rope) = "rope",
+    /// Polar coordinate position embedding, `θ_c = rope_base^(−(c−1)/d)` (`pope_delta_init`).
+    Pope(Pope) = "pope",
+    /// Token-aware phase attention (`tapa_rho`, `tapa_alpha`, `tapa_phase`).
+    Tapa(Tapa) = "tapa",
     /// p-RoPE: rotary on the highest fraction `rope_p` of RoPE's frequencies only.
-    PRope(PRope),
+    PRope(PRope) = "p-rope",
     /// Partial rotary: rotary on the first `rotary_dim` dims, frequencies over `rotary_dim`.
-    PartialRope(PartialRope),
+    PartialRope(PartialRope) = "partial-rope",
+}
+
+impl EncodingConfig {
+    /// The encoding's name in configs and tables.
+    pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+
+    /// See [`Encoding::is_rotary`].
+    pub fn is_rotary(&self) -> bool {
+        self.kind().is_rotary()
+    }
+
+    /// See [`Encoding::rope_scalable`].
+    pub fn rope_scalable(&self) -> bool {
+        self.kind().rope_scalable()
+    }
+
+    /// The parameters as flat `key → value` pairs, `encoding` holding the name (the form of
+    /// sweep files and of the `runs` table's columns).
+    pub fn flat(&self) -> serde_json::Map<String, serde_json::Value> {
+        let serde_json::Value::Object(mut m) =
+            serde_json::to_value(self).expect("encoding config serialises")
+        else {
+            unreachable!("an internally tagged enum serialises to an object")
+        };
+        let kind = m.remove("kind").expect("tagged");
+        m.insert("encoding".into(), kind);
+        m
+    }
+}
+
+impl EncodingConfig {
+    /// `encoding` with its default parameters, except PoPE's δ drawn uniform (so δ ≠ 0 and the
+    /// kernels' δ path is exercised) and TAPA's phase `phase`: the settings the kernel checks
+    /// and benchmarks compare implementations at.
+    pub fn for_kernel_checks(encoding: Encoding, phase: TapaPhase) -> Self {
+        match encoding {
+            Encoding::Pope => EncodingConfig::Pope(PopeParams {
+                pope_delta_init: DeltaInit::Uniform,
+            }),
+            Encoding::Tapa => EncodingConfig::Tapa(TapaParams {
+                tapa_phase: phase,
+                ..TapaParams::default()
+            }),
+            e => e.into(),
+        }
+    }
+}
+
+impl PartialEq<Encoding> for EncodingConfig {
+    fn eq(&self, other: &Encoding) -> bool {
+        self.kind() == *other
+    }
+}
+
+impl Default for EncodingConfig {
+    /// RoPE.
+    fn default() -> Self {
+        Encoding::Rope.into()
+    }
+}
+
+/// Every parameter name of every encoding, in registry order.
+pub fn all_encoding_params() -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for e in Encoding::ALL {
+        for p in e.params() {
+            if !out.contains(p) {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 impl serde::Serialize for Encoding {
@@ -171,10 +319,7 @@ impl serde::Serialize for Encoding {
 impl<'de> serde::Deserialize<'de> for Encoding {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let name = String::deserialize(d)?;
-        Encoding::ALL
-            .iter()
-            .copied()
-            .find(|e| e.name() == name)
+        Encoding::from_name(&name)
             .ok_or_else(|| serde::de::Error::unknown_variant(&name, Encoding::NAMES))
     }
 }
@@ -224,38 +369,21 @@ pub struct ModelConfig {
     pub n_heads: usize,
     /// Hidden width of the MLP.
     pub d_ff: usize,
-    /// Positional encoding.
-    pub encoding: Encoding,
-    /// RoPE base (`θ_i = rope_base^(−2i/head_dim)`); also the frequency grid the probe uses for NoPE.
+    /// Positional encoding and its own parameters.
+    pub encoding: EncodingConfig,
+    /// RoPE base (`θ_i = rope_base^(−2i/head_dim)`): the reference frequency grid of every
+    /// encoding (PoPE's `θ_c`, p-RoPE's and partial rotary's `θ_i`; the grid the probe uses for
+    /// NoPE).
     pub rope_base: f64,
-    /// RoPE pair layout.
+    /// RoPE pair layout (also how the probe reads NoPE's pairs).
     pub pair_layout: PairLayout,
-    /// PoPE: initialisation of the phase bias δ.
-    pub pope_delta_init: DeltaInit,
-    /// TAPA: amplitude fraction ρ of each head.
-    pub tapa_rho: f64,
-    /// TAPA: distance exponent α.
-    pub tapa_alpha: f64,
-    /// TAPA: phase form.
-    pub tapa_phase: TapaPhase,
     /// Attention implementation.
     #[serde(default)]
     pub attention: AttentionKernel,
-    /// p-RoPE: fraction `p ∈ (0, 1]` of RoPE's frequencies kept, the highest ones
-    /// (Barbero et al. 2025, arXiv 2410.06205, §6).
-    #[serde(default = "one")]
-    pub rope_p: f64,
-    /// Partial rotary: rotated dims `r` of each head (even, `2..=head_dim`; 0 = `head_dim`).
-    #[serde(default)]
-    pub rotary_dim: usize,
     /// Hybrid layers: every `k`-th layer (layers `k−1, 2k−1, …`, 0-based) uses NoPE and the
     /// others `encoding` (Llama 4's interleaving); 0 = every layer uses `encoding`.
     #[serde(default)]
     pub nope_every: usize,
-}
-
-fn one() -> f64 {
-    1.0
 }
 
 impl ModelConfig {
@@ -265,16 +393,7 @@ impl ModelConfig {
         if self.nope_every > 0 && (layer + 1) % self.nope_every == 0 {
             Encoding::Nope
         } else {
-            self.encoding
-        }
-    }
-
-    /// Partial rotary's rotated dims (`rotary_dim`, or `head_dim` when 0).
-    pub fn rotary_dim(&self) -> usize {
-        if self.rotary_dim == 0 {
-            self.head_dim()
-        } else {
-            self.rotary_dim
+            self.encoding.kind()
         }
     }
 
@@ -338,7 +457,7 @@ fn ones(d: usize, device: &Device) -> Param<Tensor<1>> {
 impl PositionalAttention {
     /// Layer 0's encoding for `config` (see [`ModelConfig::layer_encoding`] for the others).
     pub fn new(config: &ModelConfig, seed: u64, device: &Device) -> Self {
-        Self::new_for(config.encoding, config, seed, device)
+        Self::new_for(config.encoding.kind(), config, seed, device)
     }
 }
 

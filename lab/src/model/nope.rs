@@ -5,7 +5,7 @@ use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 
 use super::ModelConfig;
-use super::encoding::{KernelEncoding, PositionalEncoding, Spectrum};
+use super::encoding::{KernelEncoding, NoParams, PositionalEncoding, Spectrum};
 
 /// NoPE score function (no parameters).
 #[derive(Module, Debug)]
@@ -28,17 +28,18 @@ impl Nope {
 
 impl PositionalEncoding for Nope {
     const NAME: &'static str = "nope";
+    type Params = NoParams;
     const FITS_LAW: bool = false;
     const ROPE_SCALABLE: bool = false;
 
-    fn new(config: &ModelConfig, _seed: u64, _device: &Device) -> Self {
+    fn new(config: &ModelConfig, _params: &NoParams, _seed: u64, _device: &Device) -> Self {
         Nope::new(config.head_dim())
     }
 
     /// The RoPE grid of the same `rope_base` and pair layout, as a control: no rotation is
     /// applied, so the "spectrum" measures pair-norm structure only.
-    fn spectrum(config: &ModelConfig) -> Spectrum {
-        <super::Rope as PositionalEncoding>::spectrum(config)
+    fn spectrum(config: &ModelConfig, params: &NoParams) -> Spectrum {
+        <super::Rope as PositionalEncoding>::spectrum(config, params)
     }
 
     fn scores(&self, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {

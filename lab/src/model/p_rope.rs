@@ -11,9 +11,12 @@
 
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
+use serde::{Deserialize, Serialize};
 
 use super::ModelConfig;
-use super::encoding::{KernelEncoding, PositionalEncoding, Spectrum, SpectrumMap};
+use super::encoding::{
+    EncodingParams, KernelEncoding, ParamError, PositionalEncoding, Spectrum, SpectrumMap,
+};
 use super::rope::{Rope, inv_freq};
 
 /// Rotated pairs `m = ⌊p · head_dim/2⌋` (a `1e-9` tolerance absorbs decimal round-off, so
@@ -30,7 +33,45 @@ pub fn p_rope_inv_freq(head_dim: usize, rope_base: f64, p: f64) -> Vec<f64> {
     f
 }
 
-/// p-RoPE score function: a [`Rope`] whose lowest frequencies are 0. No parameters.
+/// p-RoPE's parameter (config section `encoding = "p-rope"`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PRopeParams {
+    /// Fraction `p ∈ (0, 1]` of RoPE's frequencies kept, the highest ones (at least one pair).
+    #[serde(default = "one")]
+    pub rope_p: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl Default for PRopeParams {
+    /// `p = 1`: every pair rotated (RoPE).
+    fn default() -> Self {
+        PRopeParams { rope_p: 1.0 }
+    }
+}
+
+impl EncodingParams for PRopeParams {
+    const NAMES: &'static [&'static str] = &["rope_p"];
+
+    fn validate(&self, head_dim: usize) -> Result<(), ParamError> {
+        let pairs = head_dim / 2;
+        if !(self.rope_p > 0.0 && self.rope_p <= 1.0) || kept_pairs(head_dim, self.rope_p) == 0 {
+            return Err((
+                "rope_p",
+                self.rope_p.to_string(),
+                format!(
+                    "must be in [1/{pairs}, 1] (keep at least one of the {pairs} rotary pairs)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// p-RoPE score function: a [`Rope`] whose lowest frequencies are 0. No learned parameters.
 #[derive(Module, Debug)]
 pub struct PRope {
     /// The rotation, over the whole head.
@@ -41,20 +82,21 @@ pub struct PRope {
 
 impl PositionalEncoding for PRope {
     const NAME: &'static str = "p-rope";
+    type Params = PRopeParams;
     const FITS_LAW: bool = true;
     const ROPE_SCALABLE: bool = false;
 
-    fn new(config: &ModelConfig, _seed: u64, _device: &Device) -> Self {
+    fn new(config: &ModelConfig, params: &PRopeParams, _seed: u64, _device: &Device) -> Self {
         let d = config.head_dim();
-        let freqs = p_rope_inv_freq(d, config.rope_base, config.rope_p);
+        let freqs = p_rope_inv_freq(d, config.rope_base, params.rope_p);
         PRope {
             rope: Rope::with_inv_freq(d, freqs, config.pair_layout),
-            kept: kept_pairs(d, config.rope_p),
+            kept: kept_pairs(d, params.rope_p),
         }
     }
 
-    fn spectrum(config: &ModelConfig) -> Spectrum {
-        let r = <PRope as PositionalEncoding>::new(config, 0, &Device::flex());
+    fn spectrum(config: &ModelConfig, params: &PRopeParams) -> Spectrum {
+        let r = <PRope as PositionalEncoding>::new(config, params, 0, &Device::flex());
         Spectrum {
             map: SpectrumMap::Pairs {
                 dims: r.rope.pair_dims()[..r.kept].to_vec(),

@@ -10,12 +10,53 @@
 
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
+use serde::{Deserialize, Serialize};
 
 use super::ModelConfig;
-use super::encoding::{KernelEncoding, PositionalEncoding, Spectrum, SpectrumMap};
+use super::encoding::{
+    EncodingParams, KernelEncoding, ParamError, PositionalEncoding, Spectrum, SpectrumMap,
+};
 use super::rope::{Rope, inv_freq};
 
-/// Partial-rotary score function: a [`Rope`] over the first `rotary_dim` dims. No parameters.
+/// Partial rotary's parameter (config section `encoding = "partial-rope"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartialRopeParams {
+    /// Rotated dims `r` of each head (even, `2..=head_dim`; 0 = `head_dim`); frequencies
+    /// `rope_base^(−2i/r)`; the run's `pair_layout` within them (`rotate-half`: GPT-NeoX,
+    /// `adjacent`: GPT-J).
+    #[serde(default)]
+    pub rotary_dim: usize,
+}
+
+impl PartialRopeParams {
+    /// The rotated dims for heads of `head_dim` (`rotary_dim`, or `head_dim` when 0).
+    pub fn rotated(&self, head_dim: usize) -> usize {
+        if self.rotary_dim == 0 {
+            head_dim
+        } else {
+            self.rotary_dim
+        }
+    }
+}
+
+impl EncodingParams for PartialRopeParams {
+    const NAMES: &'static [&'static str] = &["rotary_dim"];
+
+    fn validate(&self, head_dim: usize) -> Result<(), ParamError> {
+        if self.rotary_dim != 0 && (self.rotary_dim % 2 != 0 || self.rotary_dim > head_dim) {
+            return Err((
+                "rotary_dim",
+                self.rotary_dim.to_string(),
+                format!("must be 0 (all of head_dim) or an even number in 2..={head_dim}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Partial-rotary score function: a [`Rope`] over the first `rotary_dim` dims. No learned
+/// parameters.
 #[derive(Module, Debug)]
 pub struct PartialRope {
     /// The rotation of the first `rotary_dim` dims.
@@ -24,19 +65,20 @@ pub struct PartialRope {
 
 impl PositionalEncoding for PartialRope {
     const NAME: &'static str = "partial-rope";
+    type Params = PartialRopeParams;
     const FITS_LAW: bool = true;
     const ROPE_SCALABLE: bool = false;
 
-    fn new(config: &ModelConfig, _seed: u64, _device: &Device) -> Self {
-        let r = config.rotary_dim();
+    fn new(config: &ModelConfig, params: &PartialRopeParams, _seed: u64, _device: &Device) -> Self {
+        let r = params.rotated(config.head_dim());
         let freqs = inv_freq(r, config.rope_base);
         PartialRope {
             rope: Rope::with_inv_freq(config.head_dim(), freqs, config.pair_layout),
         }
     }
 
-    fn spectrum(config: &ModelConfig) -> Spectrum {
-        let r = <PartialRope as PositionalEncoding>::new(config, 0, &Device::flex()).rope;
+    fn spectrum(config: &ModelConfig, params: &PartialRopeParams) -> Spectrum {
+        let r = <PartialRope as PositionalEncoding>::new(config, params, 0, &Device::flex()).rope;
         Spectrum {
             map: SpectrumMap::Pairs {
                 dims: r.pair_dims(),

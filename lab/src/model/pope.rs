@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use super::ModelConfig;
-use super::encoding::{KernelEncoding, PositionalEncoding, Spectrum, SpectrumMap};
+use super::encoding::{EncodingParams, KernelEncoding, PositionalEncoding, Spectrum, SpectrumMap};
 
 /// Lower bound of δ (radians).
 pub const DELTA_MIN: f64 = -2.0 * std::f64::consts::PI;
@@ -27,13 +27,28 @@ pub const DELTA_MIN: f64 = -2.0 * std::f64::consts::PI;
 pub const DELTA_MAX: f64 = 0.0;
 
 /// How δ is initialised.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeltaInit {
     /// δ = 0 (the paper's default).
+    #[default]
     Zero,
     /// δ uniform in `[−2π, 0]`.
     Uniform,
+}
+
+/// PoPE's parameter (config section `encoding = "pope"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PopeParams {
+    /// Initialisation of the phase bias δ (`zero`, the paper's default, or `uniform` in
+    /// [−2π, 0]).
+    #[serde(default)]
+    pub pope_delta_init: DeltaInit,
+}
+
+impl EncodingParams for PopeParams {
+    const NAMES: &'static [&'static str] = &["pope_delta_init"];
 }
 
 /// PoPE frequencies `θ_c = base^(−(c−1)/d)`, `c = 1..d` (radians per token), `[d]`.
@@ -146,21 +161,22 @@ impl Pope {
 
 impl PositionalEncoding for Pope {
     const NAME: &'static str = "pope";
+    type Params = PopeParams;
     const FITS_LAW: bool = true;
     const ROPE_SCALABLE: bool = false;
 
-    fn new(config: &ModelConfig, seed: u64, device: &Device) -> Self {
+    fn new(config: &ModelConfig, params: &PopeParams, seed: u64, device: &Device) -> Self {
         Pope::new(
             config.head_dim(),
             config.n_heads,
             config.rope_base,
-            config.pope_delta_init,
+            params.pope_delta_init,
             seed,
             device,
         )
     }
 
-    fn spectrum(config: &ModelConfig) -> Spectrum {
+    fn spectrum(config: &ModelConfig, _params: &PopeParams) -> Spectrum {
         Spectrum {
             map: SpectrumMap::Components,
             freqs: pope_freqs(config.head_dim(), config.rope_base),

@@ -14,7 +14,7 @@ use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
 
 use super::ModelConfig;
-use super::encoding::{KernelEncoding, PositionalEncoding, Spectrum, SpectrumMap};
+use super::encoding::{KernelEncoding, NoParams, PositionalEncoding, Spectrum, SpectrumMap};
 use super::scaling::ScaledFreqs;
 
 pub use crate::kernels::map::PairLayout;
@@ -179,14 +179,15 @@ impl Rope {
 
 impl PositionalEncoding for Rope {
     const NAME: &'static str = "rope";
+    type Params = NoParams;
     const FITS_LAW: bool = true;
     const ROPE_SCALABLE: bool = true;
 
-    fn new(config: &ModelConfig, _seed: u64, _device: &Device) -> Self {
+    fn new(config: &ModelConfig, _params: &NoParams, _seed: u64, _device: &Device) -> Self {
         Rope::new(config.head_dim(), config.rope_base, config.pair_layout)
     }
 
-    fn spectrum(config: &ModelConfig) -> Spectrum {
+    fn spectrum(config: &ModelConfig, _params: &NoParams) -> Spectrum {
         let r = Rope::new(config.head_dim(), config.rope_base, config.pair_layout);
         Spectrum {
             map: SpectrumMap::Pairs {

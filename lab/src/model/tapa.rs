@@ -12,9 +12,12 @@
 
 use burn::module::Module;
 use burn::tensor::{Device, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
 
 use super::ModelConfig;
-use super::encoding::{KernelEncoding, PositionalEncoding, Spectrum, SpectrumMap};
+use super::encoding::{
+    EncodingParams, KernelEncoding, ParamError, PositionalEncoding, Spectrum, SpectrumMap,
+};
 pub use crate::kernels::map::TapaPhase;
 
 /// Centres of the TAPA phase-frequency bins of the probe: 24 log-spaced bins of `|ω|` between
@@ -33,7 +36,62 @@ pub fn tapa_bin(omega: f64) -> usize {
     (x.floor().max(0.0) as usize).min(n - 1)
 }
 
-/// TAPA score function (no parameters).
+/// TAPA's parameters (config section `encoding = "tapa"`); the defaults are the paper's.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TapaParams {
+    /// Amplitude fraction ρ of each head, in (0, 1).
+    #[serde(default = "default_rho")]
+    pub tapa_rho: f64,
+    /// Distance exponent α, in [0, 10].
+    #[serde(default = "default_alpha")]
+    pub tapa_alpha: f64,
+    /// `quadratic` (the paper) or `linear` (ablation) phase.
+    #[serde(default)]
+    pub tapa_phase: TapaPhase,
+}
+
+fn default_rho() -> f64 {
+    0.5
+}
+fn default_alpha() -> f64 {
+    0.1
+}
+
+impl Default for TapaParams {
+    /// ρ = 0.5, α = 0.1, quadratic phase (arXiv 2509.12635, §3).
+    fn default() -> Self {
+        TapaParams {
+            tapa_rho: default_rho(),
+            tapa_alpha: default_alpha(),
+            tapa_phase: TapaPhase::default(),
+        }
+    }
+}
+
+impl EncodingParams for TapaParams {
+    const NAMES: &'static [&'static str] = &["tapa_rho", "tapa_alpha", "tapa_phase"];
+
+    fn validate(&self, _head_dim: usize) -> Result<(), ParamError> {
+        if !(self.tapa_rho > 0.0 && self.tapa_rho < 1.0) {
+            return Err((
+                "tapa_rho",
+                self.tapa_rho.to_string(),
+                "must be in (0, 1)".into(),
+            ));
+        }
+        if !(self.tapa_alpha.is_finite() && (0.0..=10.0).contains(&self.tapa_alpha)) {
+            return Err((
+                "tapa_alpha",
+                self.tapa_alpha.to_string(),
+                "must be in [0, 10]".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// TAPA score function (no learned parameters).
 #[derive(Module, Debug)]
 pub struct Tapa {
     /// Per-head dimension `d`.
@@ -111,24 +169,25 @@ impl Tapa {
 
 impl PositionalEncoding for Tapa {
     const NAME: &'static str = "tapa";
+    type Params = TapaParams;
     const FITS_LAW: bool = false;
     const ROPE_SCALABLE: bool = false;
 
-    fn new(config: &ModelConfig, _seed: u64, _device: &Device) -> Self {
+    fn new(config: &ModelConfig, params: &TapaParams, _seed: u64, _device: &Device) -> Self {
         Tapa::new(
             config.head_dim(),
-            config.tapa_rho,
-            config.tapa_alpha,
-            config.tapa_phase,
+            params.tapa_rho,
+            params.tapa_alpha,
+            params.tapa_phase,
         )
     }
 
-    fn spectrum(config: &ModelConfig) -> Spectrum {
+    fn spectrum(config: &ModelConfig, params: &TapaParams) -> Spectrum {
         let t = Tapa::new(
             config.head_dim(),
-            config.tapa_rho,
-            config.tapa_alpha,
-            config.tapa_phase,
+            params.tapa_rho,
+            params.tapa_alpha,
+            params.tapa_phase,
         );
         Spectrum {
             map: SpectrumMap::TapaBins {

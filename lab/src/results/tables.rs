@@ -131,7 +131,7 @@ pub fn positional(cfg: &RunConfig, out: &TrainOutcome) -> Option<Positional> {
     // (docs/analysis-rules.md R2); a NoPE layer's spectrum is a control.
     let model = cfg.model();
     let candidates: Vec<bool> = (0..p_last.len())
-        .map(|l| model.layer_encoding(l) == cfg.encoding)
+        .map(|l| model.layer_encoding(l) == cfg.encoding.kind())
         .collect();
     let (layer, kls) = probe::positional_layer_among(&p_init, &p_last, &candidates)?;
     Some(Positional {

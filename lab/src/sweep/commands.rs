@@ -199,7 +199,7 @@ pub fn bench_train_step_json(
         "steps": b.steps, "warmup": warmup, "threads": threads,
         "d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
         "d_ff": cfg.d_ff, "seq_len": cfg.seq_len, "batch": cfg.batch_size,
-        "vocab": cfg.vocab_size, "encoding": cfg.encoding, "pair_layout": cfg.pair_layout,
+        "vocab": cfg.vocab_size, "encoding": cfg.encoding.name(), "pair_layout": cfg.pair_layout,
         "rope_base": cfg.rope_base, "mlp": "gelu", "norm": "rmsnorm",
         "attention": cfg.attention.name(), "backend": backend.name(),
         "lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "adam_eps": cfg.adam_eps,

@@ -60,6 +60,27 @@ pub struct RunRecord {
     pub ablation: Ablations,
 }
 
+impl RunRecord {
+    /// The run's window layer (docs/analysis-rules.md R15): the layer with the largest
+    /// attention share at lags `0 … W − 1` at the final evaluation (`attn_mass_in_window`);
+    /// ties go to the lower layer; in hybrid models the NoPE layers are not candidates. `None`
+    /// when no layer has an attention profile.
+    pub fn window_layer(&self) -> Option<usize> {
+        let every = self.setting.nope_every.unwrap_or(0).max(0) as usize;
+        let mut best: Option<(usize, f64)> = None;
+        for (l, a) in self.attention.iter().enumerate() {
+            let Some((_, _, in_window)) = a else { continue };
+            if every > 0 && (l + 1) % every == 0 {
+                continue;
+            }
+            if best.is_none_or(|(_, m)| *in_window > m) {
+                best = Some((l, *in_window));
+            }
+        }
+        best.map(|(l, _)| l)
+    }
+}
+
 /// The causal check of one run (docs/analysis-rules.md, R5): `(accuracy, loss)` per evaluation.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Ablations {
@@ -241,14 +262,19 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
     Ok(records)
 }
 
-/// Every pooling a set of runs offers, in print order: `positional`, `all`, then `layer:<l>`.
-/// One-layer models (or tables without per-layer rows) have one spectrum per run: `all` only.
+/// Every pooling a set of runs offers, in print order: `positional` (R2), `window-layer` (R15,
+/// when attention profiles were measured), `all`, then `layer:<l>`. One-layer models (or tables
+/// without per-layer rows) have one spectrum per run: `all` only.
 fn poolings(runs: &[&RunRecord]) -> Vec<String> {
     let n_layers = runs.iter().map(|r| r.theta_layers.len()).max().unwrap_or(0);
     if n_layers <= 1 {
         return vec!["all".to_string()];
     }
-    let mut out = vec!["positional".to_string(), "all".to_string()];
+    let mut out = vec!["positional".to_string()];
+    if runs.iter().any(|r| r.window_layer().is_some()) {
+        out.push("window-layer".to_string());
+    }
+    out.push("all".to_string());
     out.extend((0..n_layers).map(|l| format!("layer:{l}")));
     out
 }
@@ -257,6 +283,7 @@ fn theta_of(r: &RunRecord, pooling: &str) -> Option<f64> {
     match pooling {
         "all" => r.theta,
         "positional" => r.theta_positional,
+        "window-layer" => r.theta_layers.get(r.window_layer()?).copied().flatten(),
         p => {
             let l: usize = p.strip_prefix("layer:")?.parse().ok()?;
             r.theta_layers.get(l).copied().flatten()
@@ -494,11 +521,12 @@ pub fn summary_text(done: &[&RunRecord], fits: &[FitRow], failed: usize) -> Stri
 
     // What each layer attends to: the most attended lag (its share), and the share within W.
     if done.iter().any(|r| r.attention.iter().any(|a| a.is_some())) {
-        s.push_str("\nAttention per layer at the end: most attended lag Δ = t − s (its share; share at Δ < W), first seed\n");
+        s.push_str("\nAttention per layer at the end: most attended lag Δ = t − s (its share; share at Δ < W), first seed; window layer per run (R15: largest share at Δ < W), all seeds\n");
         let mut head = format!("{:<8} {:<6} {:>5}", "task", "enc", "W");
         for l in 0..n_layers {
             head.push_str(&format!(" {:>22}", format!("layer {l}")));
         }
+        head.push_str(&format!(" {:>12}", "window layer"));
         s.push_str(&head);
         s.push('\n');
         for ((var, enc, b), rs) in &cells {
@@ -513,6 +541,14 @@ pub fn summary_text(done: &[&RunRecord], fits: &[FitRow], failed: usize) -> Stri
                 };
                 line.push_str(&format!(" {cell:>22}"));
             }
+            let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
+            for r in rs.iter() {
+                if let Some(l) = r.window_layer() {
+                    *counts.entry(l).or_default() += 1;
+                }
+            }
+            let chosen: Vec<String> = counts.iter().map(|(l, n)| format!("L{l}×{n}")).collect();
+            line.push_str(&format!(" {:>12}", chosen.join(",")));
             s.push_str(&line);
             s.push('\n');
         }
@@ -707,6 +743,45 @@ mod tests {
         let pos = text.find("rope/copy    positional").unwrap();
         let all = text.find("rope/copy    all").unwrap();
         assert!(pos < all, "positional is printed first");
+    }
+
+    /// R15: the window layer is the layer with the largest share inside the window (ties to the
+    /// lower layer, NoPE layers of hybrids excluded), and its pooling fits that layer's θ_eff.
+    #[test]
+    fn window_layer_rule_and_its_pooling() {
+        let pi = std::f64::consts::PI;
+        let mut r = rec(0, 8, 0.5, pi / 8.0);
+        assert_eq!(r.window_layer(), Some(0), "layer 1 has no profile");
+        r.attention = vec![Some((0, 0.5, 0.30)), Some((3, 0.4, 0.80))];
+        assert_eq!(r.window_layer(), Some(1));
+        r.attention[0] = Some((0, 0.5, 0.80));
+        assert_eq!(r.window_layer(), Some(0), "a tie goes to the lower layer");
+        r.attention[0] = Some((0, 0.5, 0.10));
+        r.setting.nope_every = Some(2);
+        assert_eq!(
+            r.window_layer(),
+            Some(0),
+            "layer 1 is NoPE in a nope_every = 2 model"
+        );
+        r.attention = vec![None, None];
+        assert_eq!(r.window_layer(), None);
+        // Positional layer 0 is flat; the window layer (1) follows π/W exactly.
+        let runs: Vec<RunRecord> = (0..2)
+            .flat_map(|seed| {
+                [4, 16, 64].map(|b| {
+                    let mut r = rec(seed, b, 0.5, pi / b as f64);
+                    r.attention = vec![Some((0, 0.9, 0.2)), Some((b - 1, 0.9, 0.9))];
+                    r
+                })
+            })
+            .collect();
+        let done: Vec<&RunRecord> = runs.iter().collect();
+        let f = fits("t", "p", &done);
+        let order: Vec<&str> = f.iter().take(3).map(|r| r.pooling.as_str()).collect();
+        assert_eq!(order, ["positional", "window-layer", "all"]);
+        let w = f.iter().find(|r| r.pooling == "window-layer").unwrap();
+        assert!((w.fit.fit.beta - 1.0).abs() < 1e-12 && (w.fit.fit.c - pi).abs() < 1e-9);
+        assert!(summary_text(&done, &f, 0).contains("L1×2"));
     }
 
     /// The ablation baseline comes from the entry that ablated; an `adhoc` evaluation of the

@@ -939,7 +939,7 @@ mod tests {
             "#,
         );
         let mut cfg = crate::config::tests::tiny();
-        cfg.encoding = Encoding::Rope;
+        cfg.encoding = Encoding::Rope.into();
         cfg.seq_len = 16;
         let reqs = eval_requests(&cfg, &evals);
         // dilated: 1 (s = 1) + 3 + 3; fixed: 1 (default scaling none).
@@ -958,7 +958,7 @@ mod tests {
         only_indirect[0].tasks = vec![crate::config::TaskKind::Indirect];
         assert_eq!(eval_requests(&cfg, &only_indirect).len(), 1);
         // Other encodings: once per length, unscaled.
-        cfg.encoding = Encoding::Pope;
+        cfg.encoding = Encoding::Pope.into();
         let reqs = eval_requests(&cfg, &evals);
         assert_eq!(reqs.len(), 4);
         assert!(reqs.iter().all(|r| r.scaling.kind == ScalingKind::None));
