@@ -86,12 +86,12 @@ pub enum Cmd {
     },
     /// Print a task's examples as JSON lines (input, target, mask, parameters; text where the task has one).
     #[command(
-        after_help = "Examples:\n  lab gen block --param variant=recall --param block_len=8 --n 3\n  lab gen indirect --n 5 --seed 1\n  lab gen igsm --param ops=4 --n 3\n  lab gen needle --param seq_len=256 --param depth=0.5"
+        after_help = "Examples:\n  lab gen block --param variant=recall --param block_len=8 --n 3\n  lab gen indirect --n 5 --seed 1\n  lab gen igsm --param ops=4 --n 3\n  lab gen needle --param seq_len=256 --param depth=0.5\n  lab gen corpus --param corpus=ecoli --param seq_len=32 --n 2   (needs `lab data fetch`)"
     )]
     Gen {
-        /// Task: block, indirect, igsm or needle.
+        /// Task (the task registry): block, indirect, igsm, needle or corpus.
         task: String,
-        /// Task parameter, key=value (repeatable). block: variant, vocab_size, seq_len, block_len, noise; indirect: min_letters, max_letters, max_shift, seq_len; igsm: ops, distractors, alphabet, name_len, eval_fraction, seq_len; needle: seq_len, depth (null = random), key_len, value_len, haystack (noise|pairs).
+        /// Task parameter, key=value (repeatable). block: variant, vocab_size, seq_len, block_len, noise; indirect: min_letters, max_letters, max_shift, seq_len; igsm: ops, distractors, alphabet, name_len, eval_fraction, seq_len; needle: seq_len, depth (null = random), key_len, value_len, haystack (noise|pairs); corpus: corpus (shakespeare|ecoli|chorales), granularity, seq_len.
         #[arg(long = "param", value_name = "KEY=VALUE")]
         params: Vec<String>,
         /// Number of examples (1..=1000000).

@@ -402,9 +402,21 @@ impl RunConfig {
         }
     }
 
-    /// Dependency width `W` of the run's data in tokens ([`TaskConfig::dep_width`]).
+    /// Dependency width `W` of the run's data in tokens ([`TaskConfig::dep_width`]; a corpus: measured from
+    /// its MI profile, [`crate::mi::corpus_dep_width`]).
     pub fn dep_width(&self) -> usize {
-        self.task.dep_width(self.vocab_size, self.seq_len)
+        self.task
+            .dep_width(self.vocab_size, self.seq_len)
+            .unwrap_or_else(|| {
+                // A corpus: the width measured from its MI profile up to `seq_len` lags
+                // (`seq_len` when nothing is significant or the corpus is missing).
+                self.task
+                    .corpus()
+                    .and_then(|p| {
+                        crate::mi::corpus_dep_width(&p.corpus, &p.granularity, self.seq_len)
+                    })
+                    .unwrap_or(self.seq_len)
+            })
     }
 
     /// The config as flat `key → value` pairs: the task's and the encoding's parameters beside

@@ -1,10 +1,12 @@
 //! `lab gen TASK`: print a task's examples as JSON lines, so anyone can inspect the data.
 //!
+//! The tasks are the task registry's ([`TaskKind`], `lab/src/task.rs`); each has an arm below
+//! (a match over the registry, so a new task does not compile until `lab gen` can show it).
 //! Every line has `input` and `target` (token ids, `seq_len` each), `mask` (scored positions),
 //! the task name and all of its parameters; tasks with a text form add it (indirect indexing:
 //! `text`, `source`, `query`, `shift`, `answer`; iGSM: `text`, `prompt`, `completion`, `answer`,
 //! `ops`, `structure_hash`, `answer_positions`; needle: `text`, `key`, `value`, `needle_start`,
-//! `query_start`).
+//! `query_start`). The corpus task reads its corpus from `data/` (`lab data fetch`).
 
 use serde_json::{Value, json};
 use tasks::Split;
@@ -12,15 +14,17 @@ use tasks::block::BlockConfig;
 use tasks::igsm::IgsmConfig;
 use tasks::indirect::IndirectConfig;
 use tasks::needle::NeedleConfig;
+use tasks::text::TextParams;
 
 use crate::hint::did_you_mean;
+use crate::task::{CORPUS_EVAL_FRACTION, TaskKind};
 
 /// Errors of `lab gen` (one line).
 #[derive(Debug, thiserror::Error)]
 pub enum GenError {
-    /// Unknown task.
-    #[error("unknown task `{0}`; available tasks: block, indirect, igsm, needle")]
-    UnknownTask(String),
+    /// Unknown task: its name and the closest hint.
+    #[error("unknown task `{0}`; available tasks: {names}{1}", names = TaskKind::NAMES.join(", "))]
+    UnknownTask(String, String),
     /// A bad `--param`.
     #[error("--param {0}")]
     Param(String),
@@ -38,19 +42,38 @@ fn typed<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, String> {
         .map_err(|e| crate::hint::at_field(&e.path().to_string(), &e.inner().to_string()))
 }
 
-/// Task names `lab gen` knows.
-pub const TASKS: &[&str] = &["block", "indirect", "igsm", "needle"];
+/// The registry's task named `task`.
+fn kind(task: &str) -> Result<TaskKind, GenError> {
+    TaskKind::from_name(task).ok_or_else(|| {
+        GenError::UnknownTask(
+            task.to_string(),
+            did_you_mean(task, TaskKind::NAMES.iter().copied()),
+        )
+    })
+}
 
 fn defaults(task: &str) -> Result<Value, GenError> {
-    match task {
-        "block" => Ok(
-            json!({"variant": "copy", "vocab_size": 16, "seq_len": 32, "block_len": 4, "noise": 0.0}),
-        ),
-        "indirect" => Ok(serde_json::to_value(IndirectConfig::default()).expect("serialises")),
-        "igsm" => Ok(serde_json::to_value(IgsmConfig::default()).expect("serialises")),
-        "needle" => Ok(serde_json::to_value(NeedleConfig::default()).expect("serialises")),
-        other => Err(GenError::UnknownTask(other.to_string())),
-    }
+    Ok(match kind(task)? {
+        TaskKind::Block => {
+            json!({"variant": "copy", "vocab_size": 16, "seq_len": 32, "block_len": 4, "noise": 0.0})
+        }
+        TaskKind::Indirect => serde_json::to_value(IndirectConfig::default()).expect("serialises"),
+        TaskKind::Igsm => serde_json::to_value(IgsmConfig::default()).expect("serialises"),
+        TaskKind::Needle => serde_json::to_value(NeedleConfig::default()).expect("serialises"),
+        TaskKind::Corpus => json!({"corpus": "shakespeare", "granularity": "char", "seq_len": 64}),
+    })
+}
+
+/// The corpus task's generator from `lab gen` parameters (`corpus`, `granularity`, `seq_len`),
+/// checked (the corpus must be in the data folder).
+fn corpus_config(p: &Value) -> Result<tasks::text::TextConfig, GenError> {
+    let seq_len = p["seq_len"].as_u64().unwrap_or(64) as usize;
+    let mut params = p.clone();
+    params.as_object_mut().expect("object").remove("seq_len");
+    let tp: TextParams = typed(params).map_err(GenError::Param)?;
+    let cfg = tp.config(seq_len, CORPUS_EVAL_FRACTION);
+    cfg.validate()?;
+    Ok(cfg)
 }
 
 /// Parse `key=value` params over the task's defaults (values as JSON scalars, else strings).
@@ -100,24 +123,24 @@ pub fn task_examples(
 ) -> Result<Vec<tasks::Example>, GenError> {
     let p = with_params(task, params)?;
     let bad = |e: String| GenError::Param(e);
-    Ok(match task {
-        "block" => {
+    Ok(match kind(task)? {
+        TaskKind::Block => {
             let cfg: BlockConfig = typed(p).map_err(bad)?;
             cfg.batch(seed, split, 0, n)?
         }
-        "indirect" => {
+        TaskKind::Indirect => {
             let cfg: IndirectConfig = typed(p).map_err(bad)?;
             cfg.batch(seed, split, 0, n)?
         }
-        "igsm" => {
+        TaskKind::Igsm => {
             let cfg: IgsmConfig = typed(p).map_err(bad)?;
             cfg.batch(seed, split, 0, n)?
         }
-        "needle" => {
+        TaskKind::Needle => {
             let cfg: NeedleConfig = typed(p).map_err(bad)?;
             cfg.batch(seed, split, 0, n)?
         }
-        other => return Err(GenError::UnknownTask(other.to_string())),
+        TaskKind::Corpus => corpus_config(&p)?.batch(seed, split, 0, n)?,
     })
 }
 
@@ -132,8 +155,8 @@ pub fn gen_lines(
     let p = with_params(task, params)?;
     let bad = |e: String| GenError::Param(e);
     let mut out = Vec::with_capacity(n);
-    match task {
-        "block" => {
+    match kind(task)? {
+        TaskKind::Block => {
             let cfg: BlockConfig = typed(p.clone()).map_err(bad)?;
             cfg.validate()?;
             for (i, ex) in cfg.batch(seed, split, 0, n)?.into_iter().enumerate() {
@@ -143,7 +166,7 @@ pub fn gen_lines(
                 out.push(line.to_string());
             }
         }
-        "indirect" => {
+        TaskKind::Indirect => {
             let cfg: IndirectConfig = typed(p.clone()).map_err(bad)?;
             cfg.validate()?;
             for i in 0..n {
@@ -157,7 +180,7 @@ pub fn gen_lines(
                 out.push(line.to_string());
             }
         }
-        "igsm" => {
+        TaskKind::Igsm => {
             let cfg: IgsmConfig = typed(p.clone()).map_err(bad)?;
             cfg.validate()?;
             for i in 0..n {
@@ -174,7 +197,7 @@ pub fn gen_lines(
                 out.push(line.to_string());
             }
         }
-        "needle" => {
+        TaskKind::Needle => {
             let cfg: NeedleConfig = typed(p.clone()).map_err(bad)?;
             cfg.validate()?;
             for i in 0..n {
@@ -188,7 +211,15 @@ pub fn gen_lines(
                 out.push(line.to_string());
             }
         }
-        other => return Err(GenError::UnknownTask(other.to_string())),
+        TaskKind::Corpus => {
+            let cfg = corpus_config(&p)?;
+            for (i, ex) in cfg.batch(seed, split, 0, n)?.into_iter().enumerate() {
+                let mut line = json!({"task": "corpus", "index": i, "seed": seed,
+                    "input": ex.input, "target": ex.target, "mask": ex.mask});
+                merge(&mut line, &p);
+                out.push(line.to_string());
+            }
+        }
     }
     Ok(out)
 }
@@ -248,8 +279,16 @@ mod tests {
             .to_string();
         assert_eq!(
             e,
-            "unknown task `sudoku`; available tasks: block, indirect, igsm, needle"
+            "unknown task `sudoku`; available tasks: block, indirect, igsm, needle, corpus"
         );
+        let e = gen_lines("neadle", &[], 1, 0, Split::Train)
+            .unwrap_err()
+            .to_string();
+        assert!(e.ends_with("did you mean `needle`?"), "{e}");
+        let e = gen_lines("corpus", &["corpus=nowhere".into()], 1, 0, Split::Train)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nowhere") && !e.contains('\n'), "{e}");
         let e = gen_lines("block", &["block_len=99".into()], 1, 0, Split::Train)
             .unwrap_err()
             .to_string();

@@ -10,8 +10,9 @@
 //! them into the section), and a parameter of another task is refused by name.
 //!
 //! A new task: its generator and parameter type in `tasks/src/<task>.rs`, one line in
-//! [`task_registry!`](crate::task) below, and its arm in [`TaskConfig::generator`] (the
-//! generator's constructor) and [`TaskConfig::dep_width`].
+//! [`task_registry!`](crate::task) below, and its arms in [`TaskConfig::generator`] (the
+//! generator's constructor), [`TaskConfig::dep_width`] and `lab gen` ([`crate::generate`]);
+//! the compiler lists every match that lacks it.
 
 use serde::{Deserialize, Serialize};
 use tasks::block::BlockParams;
@@ -178,21 +179,27 @@ impl TaskConfig {
         }
     }
 
-    /// Dependency width `W` of the data in tokens (SCIENCE.md §2) for context `seq_len`: `B`
-    /// for the block task; indirect indexing: the source string's length bound
-    /// `max_letters`; iGSM: the longest problem (statements + solution), which grows with
-    /// `ops`; needle: `seq_len` (the answer is copied from anywhere); corpus: the width
-    /// measured from the corpus's MI profile up to `seq_len` lags (`seq_len` when nothing is
-    /// significant or the corpus is missing).
-    pub fn dep_width(&self, vocab_size: usize, seq_len: usize) -> usize {
+    /// Dependency width `W` of the data in tokens (SCIENCE.md §2) for context `seq_len`, when
+    /// the task's parameters set it: `B` for the block task; indirect indexing: the source
+    /// string's length bound `max_letters`; iGSM: the longest problem (statements + solution),
+    /// which grows with `ops`; needle: `seq_len` (the answer is copied from anywhere). `None`
+    /// for a corpus, whose width is measured from its data
+    /// ([`RunConfig::dep_width`](crate::config::RunConfig::dep_width)).
+    pub fn dep_width(&self, vocab_size: usize, seq_len: usize) -> Option<usize> {
         match self {
-            TaskConfig::Block(p) => p.config(vocab_size, seq_len).dep_width(),
-            TaskConfig::Indirect(p) => p.max_letters,
-            TaskConfig::Igsm(p) => p.config(seq_len).min_seq_len(),
-            TaskConfig::Needle(_) => seq_len,
-            TaskConfig::Corpus(p) => {
-                crate::mi::corpus_dep_width(&p.corpus, &p.granularity, seq_len).unwrap_or(seq_len)
-            }
+            TaskConfig::Block(p) => Some(p.config(vocab_size, seq_len).dep_width()),
+            TaskConfig::Indirect(p) => Some(p.max_letters),
+            TaskConfig::Igsm(p) => Some(p.config(seq_len).min_seq_len()),
+            TaskConfig::Needle(_) => Some(seq_len),
+            TaskConfig::Corpus(_) => None,
+        }
+    }
+
+    /// The corpus task's parameters, when this is the corpus task.
+    pub fn corpus(&self) -> Option<&TextParams> {
+        match self {
+            TaskConfig::Corpus(p) => Some(p),
+            _ => None,
         }
     }
 
@@ -386,15 +393,15 @@ mod tests {
             block_len: 8,
             noise: 0.0,
         });
-        assert_eq!(b.dep_width(32, 64), 8);
+        assert_eq!(b.dep_width(32, 64), Some(8));
         match b.generator(32, 64) {
             TaskGen::Block(c) => assert_eq!((c.vocab_size, c.seq_len, c.block_len), (32, 64, 8)),
             other => panic!("{other:?}"),
         }
         let i = TaskConfig::Indirect(IndirectParams::default());
-        assert_eq!(i.dep_width(60, 48), 40);
+        assert_eq!(i.dep_width(60, 48), Some(40));
         let n = TaskConfig::Needle(NeedleParams::default());
-        assert_eq!(n.dep_width(66, 40), 40);
+        assert_eq!(n.dep_width(66, 40), Some(40));
         match n.generator(66, 40) {
             TaskGen::Needle(c) => assert_eq!((c.seq_len, c.depth, c.key_len), (40, None, 3)),
             other => panic!("{other:?}"),
