@@ -16,6 +16,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod decode;
 pub mod eval;
+pub mod fast;
 pub mod generate;
 pub mod hint;
 pub mod kernels;

@@ -176,11 +176,18 @@ pub fn bench_train_step_json(
     sweep: &str,
     preset: &str,
     attention: AttentionKernel,
+    fast: bool,
     threads: usize,
     warmup: usize,
     steps: usize,
     backend: Backend,
 ) -> Result<serde_json::Value, SweepError> {
+    if fast && backend != Backend::Cpu {
+        return Err(SweepError::Backend(
+            "--attention fast: the whole-step fast path runs on the CPU only (--backend cpu)"
+                .into(),
+        ));
+    }
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build_global()
@@ -193,8 +200,13 @@ pub fn bench_train_step_json(
         .expect("expand returns at least one run")
         .config;
     cfg.attention = attention;
-    let b = crate::train::bench_train_step(&cfg, warmup, steps, &backend.device()?);
+    let b = if fast {
+        crate::fast::bench_fast_step(&cfg, warmup, steps)
+    } else {
+        crate::train::bench_train_step(&cfg, warmup, steps, &backend.device()?)
+    };
     Ok(serde_json::json!({
+        "path": if fast { "fast" } else { "burn" },
         "ms_per_step": b.ms_per_step, "tokens_per_s": b.tokens_per_s,
         "steps": b.steps, "warmup": warmup, "threads": threads,
         "d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,

@@ -1,0 +1,739 @@
+//! The whole-step CPU path (issue 17, first part): the lab's transformer forward and backward by
+//! hand over flat `f32` buffers, so a training step makes no burn tensor op, no autodiff graph
+//! and no layout copy it does not need.
+//!
+//! - Matrix products go straight to the `gemm` crate (the one burn's flex backend calls), with
+//!   transposes expressed as strides.
+//! - Attention is the lab's flash kernel ([`crate::kernels::cpu::flash_forward`] /
+//!   [`flash_backward`]) with each layer's [`KernelEncoding`], so every encoding the kernels
+//!   know (NoPE, RoPE in both layouts and any scaling, PoPE with δ, TAPA in both phases, p-RoPE,
+//!   partial rotary, hybrid NoPE layers) runs here unchanged.
+//! - RMSNorm and GELU are the slice kernels of [`crate::kernels::pointwise`].
+//!
+//! The maths is the burn model's ([`crate::model::Transformer`], pre-norm, no biases, untied
+//! head) and its loss ([`crate::model::masked_cross_entropy`]: mean over the scored positions);
+//! `tests/fast_path.rs` checks the loss, the logits and every parameter's gradient against burn's
+//! autodiff. [`train_step`] adds the global-norm clip, AdamW and PoPE's δ projection of
+//! [`crate::train::train_step`] over the flat buffers; `lab bench train-step --attention fast`
+//! times it. Not yet wired into `lab sweep`: runs still train through burn (the step loop,
+//! checkpoints and probes on these buffers, and an arena without per-step allocation, are the
+//! next part of issue 17).
+//!
+//! Layouts: activations are row-major `[tokens, width]` with `tokens = batch · seq` (sequence
+//! `b`'s position `t` is row `b·seq + t`); attention inputs `[batch, heads, seq, head_dim]`.
+
+use gemm::Parallelism;
+
+use crate::config::RunConfig;
+use crate::kernels::cpu::{Shape4, flash_backward, flash_forward};
+use crate::kernels::map::KernelEncoding;
+use crate::kernels::pointwise::{gelu_backward, gelu_forward, rms_norm_backward, rms_norm_forward};
+use crate::model::pope::{DELTA_MAX, DELTA_MIN};
+use crate::model::{ModelConfig, Transformer};
+use crate::train::{StepResult, clip_factor, lr_at};
+use tasks::Example;
+
+/// One transformer block's weights, row-major (`w` maps `[·, rows] → [·, cols]` as `x·w`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BlockWeights {
+    /// Attention RMSNorm gain `[d]`.
+    pub attn_norm: Vec<f32>,
+    /// `[d, d]` each.
+    pub wq: Vec<f32>,
+    /// See `wq`.
+    pub wk: Vec<f32>,
+    /// See `wq`.
+    pub wv: Vec<f32>,
+    /// Attention output projection `[d, d]`.
+    pub wo: Vec<f32>,
+    /// MLP RMSNorm gain `[d]`.
+    pub mlp_norm: Vec<f32>,
+    /// `[d, d_ff]`.
+    pub w_in: Vec<f32>,
+    /// `[d_ff, d]`.
+    pub w_out: Vec<f32>,
+    /// PoPE's phase bias δ `[heads · head_dim]`, radians (other encodings: `None`).
+    pub delta: Option<Vec<f32>>,
+    /// The layer's encoding as the kernels see it.
+    pub encoding: KernelEncoding,
+}
+
+/// The model's weights as flat buffers, in the burn model's layout.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FastModel {
+    /// Shape and encoding.
+    pub config: ModelConfig,
+    /// Token embedding `[vocab, d]`.
+    pub token_embedding: Vec<f32>,
+    /// The blocks.
+    pub blocks: Vec<BlockWeights>,
+    /// Final RMSNorm gain `[d]`.
+    pub final_norm: Vec<f32>,
+    /// Output head `[d, vocab]`.
+    pub lm_head: Vec<f32>,
+}
+
+/// Gradients of every parameter, shaped like [`FastModel`]'s buffers (`encoding` unused).
+pub type FastGrads = FastModel;
+
+/// What one forward and backward pass returns.
+#[derive(Clone, Debug)]
+pub struct StepOutput {
+    /// Mean cross-entropy over the scored positions, nats.
+    pub loss: f64,
+    /// Scored positions whose argmax is the target.
+    pub correct: usize,
+    /// Logits `[tokens, vocab]`.
+    pub logits: Vec<f32>,
+    /// `∂loss/∂θ` for every parameter.
+    pub grads: FastGrads,
+}
+
+fn host(t: burn::tensor::Tensor<1>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .expect("f32 data")
+}
+
+fn host2(t: burn::tensor::Tensor<2>) -> Vec<f32> {
+    t.into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .expect("f32 data")
+}
+
+impl FastModel {
+    /// The weights of a burn model (any device: they are copied to the host).
+    pub fn from_burn(model: &Transformer, config: &ModelConfig) -> Self {
+        let blocks = model
+            .blocks
+            .iter()
+            .map(|b| {
+                let (encoding, delta) = b.positional.kernel_encoding();
+                BlockWeights {
+                    attn_norm: host(b.attn_norm.val()),
+                    wq: host2(b.wq.val()),
+                    wk: host2(b.wk.val()),
+                    wv: host2(b.wv.val()),
+                    wo: host2(b.wo.val()),
+                    mlp_norm: host(b.mlp_norm.val()),
+                    w_in: host2(b.w_in.val()),
+                    w_out: host2(b.w_out.val()),
+                    delta: delta.map(host),
+                    encoding,
+                }
+            })
+            .collect();
+        FastModel {
+            config: config.clone(),
+            token_embedding: host2(model.token_embedding.val()),
+            blocks,
+            final_norm: host(model.final_norm.val()),
+            lm_head: host2(model.lm_head.val()),
+        }
+    }
+
+    /// Every parameter buffer in a fixed order, with whether it is a matrix (AdamW decays
+    /// matrices only, as [`crate::train::AdamW`] does for tensors of rank ≥ 2).
+    pub fn params(&self) -> Vec<(&[f32], bool)> {
+        let mut out: Vec<(&[f32], bool)> = vec![(&self.token_embedding, true)];
+        for b in &self.blocks {
+            out.extend([
+                (&b.attn_norm[..], false),
+                (&b.wq[..], true),
+                (&b.wk[..], true),
+                (&b.wv[..], true),
+                (&b.wo[..], true),
+                (&b.mlp_norm[..], false),
+                (&b.w_in[..], true),
+                (&b.w_out[..], true),
+            ]);
+            if let Some(d) = &b.delta {
+                out.push((d, false));
+            }
+        }
+        out.push((&self.final_norm, false));
+        out.push((&self.lm_head, true));
+        out
+    }
+
+    /// [`FastModel::params`], mutable.
+    pub fn params_mut(&mut self) -> Vec<(&mut [f32], bool)> {
+        let mut out: Vec<(&mut [f32], bool)> = vec![(&mut self.token_embedding, true)];
+        for b in &mut self.blocks {
+            out.extend([
+                (&mut b.attn_norm[..], false),
+                (&mut b.wq[..], true),
+                (&mut b.wk[..], true),
+                (&mut b.wv[..], true),
+                (&mut b.wo[..], true),
+                (&mut b.mlp_norm[..], false),
+                (&mut b.w_in[..], true),
+                (&mut b.w_out[..], true),
+            ]);
+            if let Some(d) = &mut b.delta {
+                out.push((d, false));
+            }
+        }
+        out.push((&mut self.final_norm, false));
+        out.push((&mut self.lm_head, true));
+        out
+    }
+
+    /// Keep PoPE's δ in `[−2π, 0]` (as [`crate::model::Pope::clamp_delta`]).
+    pub fn project(&mut self) {
+        for b in &mut self.blocks {
+            if let Some(d) = &mut b.delta {
+                for x in d.iter_mut() {
+                    *x = x.clamp(DELTA_MIN as f32, DELTA_MAX as f32);
+                }
+            }
+        }
+    }
+
+    /// A zero buffer of every parameter's shape.
+    fn zeros_like(&self) -> FastGrads {
+        let z = |v: &Vec<f32>| vec![0.0f32; v.len()];
+        FastModel {
+            config: self.config.clone(),
+            token_embedding: z(&self.token_embedding),
+            blocks: self
+                .blocks
+                .iter()
+                .map(|b| BlockWeights {
+                    attn_norm: z(&b.attn_norm),
+                    wq: z(&b.wq),
+                    wk: z(&b.wk),
+                    wv: z(&b.wv),
+                    wo: z(&b.wo),
+                    mlp_norm: z(&b.mlp_norm),
+                    w_in: z(&b.w_in),
+                    w_out: z(&b.w_out),
+                    delta: b.delta.as_ref().map(z),
+                    encoding: b.encoding.clone(),
+                })
+                .collect(),
+            final_norm: z(&self.final_norm),
+            lm_head: z(&self.lm_head),
+        }
+    }
+
+    /// Loss, logits and gradients of one batch: `tokens`, `targets` `[batch · seq]` (ids below
+    /// `vocab_size`), `mask` `[batch · seq]` (1 = scored), `batch` sequences of `seq` tokens.
+    ///
+    /// # Panics
+    /// If a length does not match `batch · seq` or an id is out of the vocabulary.
+    pub fn forward_backward(
+        &self,
+        tokens: &[usize],
+        targets: &[usize],
+        mask: &[f32],
+        batch: usize,
+        seq: usize,
+    ) -> StepOutput {
+        let cfg = &self.config;
+        let (d, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab_size);
+        let (heads, hd) = (cfg.n_heads, cfg.head_dim());
+        let n = batch * seq;
+        assert!(tokens.len() == n && targets.len() == n && mask.len() == n);
+        let shape = Shape4 {
+            batch,
+            heads,
+            seq,
+            head_dim: hd,
+        };
+
+        // Forward, keeping what the backward needs.
+        struct Saved {
+            x: Vec<f32>,
+            r1: Vec<f32>,
+            h1: Vec<f32>,
+            q: Vec<f32>,
+            k: Vec<f32>,
+            v: Vec<f32>,
+            o: Vec<f32>,
+            lse: Vec<f32>,
+            o_rows: Vec<f32>,
+            x1: Vec<f32>,
+            r2: Vec<f32>,
+            h2: Vec<f32>,
+            u: Vec<f32>,
+            a: Vec<f32>,
+        }
+        let mut x = vec![0.0f32; n * d];
+        for (row, &t) in x.chunks_mut(d).zip(tokens) {
+            row.copy_from_slice(&self.token_embedding[t * d..(t + 1) * d]);
+        }
+        let mut saved = Vec::with_capacity(self.blocks.len());
+        for b in &self.blocks {
+            let (h1, r1) = rms_norm_forward(&x, &b.attn_norm);
+            let q = to_heads(&matmul(&h1, &b.wq, n, d, d), shape);
+            let k = to_heads(&matmul(&h1, &b.wk, n, d, d), shape);
+            let vv = to_heads(&matmul(&h1, &b.wv, n, d, d), shape);
+            let (o, lse) = flash_forward(&q, &k, &vv, b.delta.as_deref(), shape, &b.encoding);
+            let o_rows = from_heads(&o, shape);
+            let mut x1 = matmul(&o_rows, &b.wo, n, d, d);
+            add_into(&mut x1, &x);
+            let (h2, r2) = rms_norm_forward(&x1, &b.mlp_norm);
+            let u = matmul(&h2, &b.w_in, n, d, f);
+            let a = gelu_forward(&u);
+            let mut x2 = matmul(&a, &b.w_out, n, f, d);
+            add_into(&mut x2, &x1);
+            saved.push(Saved {
+                x: std::mem::replace(&mut x, x2),
+                r1,
+                h1,
+                q,
+                k,
+                v: vv,
+                o,
+                lse,
+                o_rows,
+                x1,
+                r2,
+                h2,
+                u,
+                a,
+            });
+        }
+        let (hf, rf) = rms_norm_forward(&x, &self.final_norm);
+        let logits = matmul(&hf, &self.lm_head, n, d, v);
+
+        // Loss and its gradient: softmax − one-hot on scored rows, over the number scored.
+        let n_scored = mask.iter().sum::<f32>().max(1.0);
+        let mut dlogits = vec![0.0f32; n * v];
+        let (mut loss, mut correct) = (0.0f64, 0usize);
+        for (row, ((lg, dl), (&t, &m))) in logits
+            .chunks(v)
+            .zip(dlogits.chunks_mut(v))
+            .zip(targets.iter().zip(mask))
+            .enumerate()
+        {
+            let _ = row;
+            let max = lg.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let sum: f64 = lg.iter().map(|&z| ((z - max) as f64).exp()).sum();
+            let log_z = max as f64 + sum.ln();
+            if m != 0.0 {
+                loss -= m as f64 * (lg[t] as f64 - log_z);
+                let arg = lg
+                    .iter()
+                    .enumerate()
+                    .fold(
+                        (0, f32::NEG_INFINITY),
+                        |acc, (i, &z)| {
+                            if z > acc.1 { (i, z) } else { acc }
+                        },
+                    )
+                    .0;
+                correct += usize::from(arg == t);
+                let scale = m / n_scored;
+                for (g, &z) in dl.iter_mut().zip(lg) {
+                    *g = (((z as f64) - log_z).exp() as f32) * scale;
+                }
+                dl[t] -= scale;
+            }
+        }
+        loss /= n_scored as f64;
+
+        // Backward.
+        let mut grads = self.zeros_like();
+        matmul_tn_into(&hf, &dlogits, n, d, v, &mut grads.lm_head);
+        let dhf = matmul_nt(&dlogits, &self.lm_head, n, v, d);
+        let (mut dx, dgf) = rms_norm_backward(&x, &self.final_norm, &rf, &dhf);
+        grads.final_norm = dgf;
+        for (l, b) in self.blocks.iter().enumerate().rev() {
+            let s = &saved[l];
+            let g = &mut grads.blocks[l];
+            // x2 = x1 + gelu(rms(x1)·w_in)·w_out
+            matmul_tn_into(&s.a, &dx, n, f, d, &mut g.w_out);
+            let da = matmul_nt(&dx, &b.w_out, n, d, f);
+            let du = gelu_backward(&s.u, &da);
+            matmul_tn_into(&s.h2, &du, n, d, f, &mut g.w_in);
+            let dh2 = matmul_nt(&du, &b.w_in, n, f, d);
+            let (dx1n, dg2) = rms_norm_backward(&s.x1, &b.mlp_norm, &s.r2, &dh2);
+            g.mlp_norm = dg2;
+            let mut dx1 = dx;
+            add_into(&mut dx1, &dx1n);
+            // x1 = x + attention(rms(x))·wo
+            matmul_tn_into(&s.o_rows, &dx1, n, d, d, &mut g.wo);
+            let do_rows = matmul_nt(&dx1, &b.wo, n, d, d);
+            let fg = flash_backward(
+                &s.q,
+                &s.k,
+                &s.v,
+                b.delta.as_deref(),
+                &s.o,
+                &s.lse,
+                &to_heads(&do_rows, shape),
+                shape,
+                &b.encoding,
+            );
+            g.delta = fg.ddelta;
+            let (dq, dk, dv) = (
+                from_heads(&fg.dq, shape),
+                from_heads(&fg.dk, shape),
+                from_heads(&fg.dv, shape),
+            );
+            matmul_tn_into(&s.h1, &dq, n, d, d, &mut g.wq);
+            matmul_tn_into(&s.h1, &dk, n, d, d, &mut g.wk);
+            matmul_tn_into(&s.h1, &dv, n, d, d, &mut g.wv);
+            let mut dh1 = matmul_nt(&dq, &b.wq, n, d, d);
+            matmul_nt_acc(&dk, &b.wk, n, d, d, &mut dh1);
+            matmul_nt_acc(&dv, &b.wv, n, d, d, &mut dh1);
+            let (dxn, dg1) = rms_norm_backward(&s.x, &b.attn_norm, &s.r1, &dh1);
+            g.attn_norm = dg1;
+            add_into(&mut dx1, &dxn);
+            dx = dx1;
+        }
+        for (row, &t) in dx.chunks(d).zip(tokens) {
+            add_into(&mut grads.token_embedding[t * d..(t + 1) * d], row);
+        }
+        StepOutput {
+            loss,
+            correct,
+            logits,
+            grads,
+        }
+    }
+}
+
+/// AdamW over a [`FastModel`]'s buffers, with [`crate::train::AdamW`]'s semantics (PyTorch's:
+/// bias-corrected moments, decoupled weight decay on matrices only, `eps` added to `√v̂`).
+#[derive(Clone, Debug)]
+pub struct FastAdamW {
+    beta1: f64,
+    beta2: f64,
+    eps: f64,
+    weight_decay: f64,
+    step: i32,
+    /// First and second moments, in [`FastModel::params`] order.
+    moments: Vec<(Vec<f32>, Vec<f32>)>,
+}
+
+impl FastAdamW {
+    /// A fresh optimiser.
+    pub fn new(beta1: f64, beta2: f64, eps: f64, weight_decay: f64) -> Self {
+        FastAdamW {
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            step: 0,
+            moments: Vec::new(),
+        }
+    }
+
+    /// One update of `model` at learning rate `lr` from `grads`, every gradient scaled by
+    /// `grad_scale` first (the clip factor).
+    pub fn step(&mut self, model: &mut FastModel, grads: &FastGrads, lr: f64, grad_scale: f64) {
+        self.step += 1;
+        let grads = grads.params();
+        let mut params = model.params_mut();
+        if self.moments.is_empty() {
+            self.moments = grads
+                .iter()
+                .map(|(g, _)| (vec![0.0f32; g.len()], vec![0.0f32; g.len()]))
+                .collect();
+        }
+        let (b1, b2) = (self.beta1 as f32, self.beta2 as f32);
+        let bias1 = (1.0 - self.beta1.powi(self.step)) as f32;
+        let bias2 = (1.0 - self.beta2.powi(self.step)) as f32;
+        let (eps, lr32, scale) = (self.eps as f32, lr as f32, grad_scale as f32);
+        for (((x, is_matrix), (g, _)), (m, v)) in
+            params.iter_mut().zip(&grads).zip(self.moments.iter_mut())
+        {
+            let keep = 1.0 - (lr * if *is_matrix { self.weight_decay } else { 0.0 }) as f32;
+            for (((x, &g), m), v) in x
+                .iter_mut()
+                .zip(g.iter())
+                .zip(m.iter_mut())
+                .zip(v.iter_mut())
+            {
+                let g = g * scale;
+                *m = *m * b1 + g * (1.0 - b1);
+                *v = *v * b2 + g * g * (1.0 - b2);
+                let update = (*m / bias1) / ((*v / bias2).sqrt() + eps);
+                *x = *x * keep - update * lr32;
+            }
+        }
+    }
+}
+
+/// Global L2 norm of every gradient (summed in f64).
+pub fn global_grad_norm(grads: &FastGrads) -> f64 {
+    grads
+        .params()
+        .iter()
+        .flat_map(|(g, _)| g.iter())
+        .map(|&x| (x as f64) * (x as f64))
+        .sum::<f64>()
+        .sqrt()
+}
+
+/// One training step on the fast path, with [`crate::train::train_step`]'s rules: forward and
+/// backward, the divergence checks (non-finite loss or gradient norm, `max_grad_norm`), the
+/// global-norm clip at `grad_clip`, AdamW at `lr_at(step)`, PoPE's δ projection.
+///
+/// # Errors
+/// The reason in words when the step diverged (the model is then unchanged).
+pub fn train_step(
+    model: &mut FastModel,
+    opt: &mut FastAdamW,
+    cfg: &RunConfig,
+    step: usize,
+    examples: &[Example],
+) -> Result<StepResult, String> {
+    let (batch, seq) = (examples.len(), examples[0].input.len());
+    let mut tokens = Vec::with_capacity(batch * seq);
+    let mut targets = Vec::with_capacity(batch * seq);
+    let mut mask = Vec::with_capacity(batch * seq);
+    for ex in examples {
+        tokens.extend(ex.input.iter().map(|&t| t as usize));
+        targets.extend(ex.target.iter().map(|&t| t as usize));
+        mask.extend(ex.mask.iter().map(|&m| f32::from(u8::from(m))));
+    }
+    let out = model.forward_backward(&tokens, &targets, &mask, batch, seq);
+    if !out.loss.is_finite() {
+        return Err(format!("non-finite training loss ({})", out.loss));
+    }
+    let norm = global_grad_norm(&out.grads);
+    if !norm.is_finite() {
+        return Err(format!("non-finite gradient norm ({norm})"));
+    }
+    if cfg.max_grad_norm > 0.0 && norm > cfg.max_grad_norm {
+        return Err(format!(
+            "exploding gradients: norm {norm:.4e} > max_grad_norm = {:e}",
+            cfg.max_grad_norm
+        ));
+    }
+    let lr = lr_at(step, cfg);
+    opt.step(model, &out.grads, lr, clip_factor(norm, cfg.grad_clip));
+    model.project();
+    Ok(StepResult {
+        loss: out.loss,
+        correct: out.correct as f64,
+        n_scored: mask.iter().filter(|&&m| m > 0.0).count(),
+        grad_norm: norm,
+        lr,
+    })
+}
+
+/// Time `steps` fast-path training steps of `cfg`'s model after `warmup` untimed ones (batches
+/// pre-generated), as [`crate::train::bench_train_step`] does for the burn path.
+pub fn bench_fast_step(cfg: &RunConfig, warmup: usize, steps: usize) -> crate::train::StepBench {
+    let device = burn::tensor::Device::flex();
+    let mcfg = cfg.model();
+    let mut model = FastModel::from_burn(&mcfg.init(cfg.seed, &device), &mcfg);
+    let mut opt = FastAdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
+    let batches: Vec<Vec<Example>> = (0..warmup + steps)
+        .map(|s| cfg.train_batch(s).expect("config validated"))
+        .collect();
+    let mut times = Vec::with_capacity(steps);
+    for (s, examples) in batches.iter().enumerate() {
+        let t0 = std::time::Instant::now();
+        train_step(&mut model, &mut opt, cfg, s, examples).expect("benchmark step diverged");
+        if s >= warmup {
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let ms = crate::train::median(&mut times);
+    crate::train::StepBench {
+        ms_per_step: ms,
+        tokens_per_s: (cfg.batch_size * cfg.seq_len) as f64 / (ms / 1e3),
+        steps,
+    }
+}
+
+fn add_into(acc: &mut [f32], x: &[f32]) {
+    for (a, &b) in acc.iter_mut().zip(x) {
+        *a += b;
+    }
+}
+
+/// `[tokens, heads·head_dim]` (row `b·seq + t`) → `[batch, heads, seq, head_dim]`.
+fn to_heads(x: &[f32], s: Shape4) -> Vec<f32> {
+    let (d, hd) = (s.heads * s.head_dim, s.head_dim);
+    let mut out = vec![0.0f32; x.len()];
+    for b in 0..s.batch {
+        for t in 0..s.seq {
+            let row = &x[(b * s.seq + t) * d..(b * s.seq + t + 1) * d];
+            for h in 0..s.heads {
+                let dst = ((b * s.heads + h) * s.seq + t) * hd;
+                out[dst..dst + hd].copy_from_slice(&row[h * hd..(h + 1) * hd]);
+            }
+        }
+    }
+    out
+}
+
+/// Inverse of [`to_heads`].
+fn from_heads(x: &[f32], s: Shape4) -> Vec<f32> {
+    let (d, hd) = (s.heads * s.head_dim, s.head_dim);
+    let mut out = vec![0.0f32; x.len()];
+    for b in 0..s.batch {
+        for t in 0..s.seq {
+            let row = &mut out[(b * s.seq + t) * d..(b * s.seq + t + 1) * d];
+            for h in 0..s.heads {
+                let src = ((b * s.heads + h) * s.seq + t) * hd;
+                row[h * hd..(h + 1) * hd].copy_from_slice(&x[src..src + hd]);
+            }
+        }
+    }
+    out
+}
+
+/// One `gemm` call: `dst[m, n] (+)= lhs · rhs` with both operands given by their strides.
+#[allow(clippy::too_many_arguments)]
+fn gemm_strided(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [f32],
+    accumulate: bool,
+    lhs: &[f32],
+    (lhs_cs, lhs_rs): (isize, isize),
+    rhs: &[f32],
+    (rhs_cs, rhs_rs): (isize, isize),
+) {
+    assert!(dst.len() >= m * n && lhs.len() >= m * k && rhs.len() >= k * n);
+    // SAFETY: the asserts above keep every index the strides reach inside the slices
+    // (row-major `[m, k]`, `[k, n]`, `[m, n]` or their transposes of the same sizes).
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            accumulate,
+            lhs.as_ptr(),
+            lhs_cs,
+            lhs_rs,
+            rhs.as_ptr(),
+            rhs_cs,
+            rhs_rs,
+            if accumulate { 1.0 } else { 0.0 },
+            1.0,
+            false,
+            false,
+            false,
+            parallelism(m, n, k),
+        );
+    }
+}
+
+/// Both threads for a product of at least 2¹⁵ multiply-adds, one below (dispatch costs more).
+fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
+    if m * n * k >= 1 << 15 {
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    }
+}
+
+/// A product's `m · n` output written by `gemm` into fresh memory, without zero-filling it first
+/// (a memset of every output was 7 % of a step): `gemm` with `read_dst = false` writes every
+/// element and reads none.
+fn gemm_new(
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: &[f32],
+    lhs_strides: (isize, isize),
+    rhs: &[f32],
+    rhs_strides: (isize, isize),
+) -> Vec<f32> {
+    assert!(lhs.len() >= m * k && rhs.len() >= k * n);
+    let mut c: Vec<f32> = Vec::with_capacity(m * n);
+    // SAFETY: `c` has capacity `m · n`; gemm writes each of its `m · n` elements through the raw
+    // pointer (row stride `n`, column stride 1) and reads none (`read_dst = false`), so after it
+    // returns all `m · n` elements are initialised and `set_len` is sound. The operands' strides
+    // stay inside `lhs` and `rhs` by the assert.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            lhs.as_ptr(),
+            lhs_strides.0,
+            lhs_strides.1,
+            rhs.as_ptr(),
+            rhs_strides.0,
+            rhs_strides.1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism(m, n, k),
+        );
+        c.set_len(m * n);
+    }
+    c
+}
+
+/// `a [m, k] · b [k, n]`.
+fn matmul(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+    gemm_new(m, n, k, a, (1, k as isize), b, (1, n as isize))
+}
+
+/// `a [m, k] · bᵀ` with `b` stored `[n, k]` (bᵀ[p, q] = b[q·k + p]: column stride k, row
+/// stride 1).
+fn matmul_nt(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+    gemm_new(m, n, k, a, (1, k as isize), b, (k as isize, 1))
+}
+
+/// `c [m, n] += a [m, k] · bᵀ` with `b` stored `[n, k]`.
+fn matmul_nt_acc(a: &[f32], b: &[f32], m: usize, k: usize, n: usize, c: &mut [f32]) {
+    gemm_strided(m, n, k, c, true, a, (1, k as isize), b, (k as isize, 1));
+}
+
+/// `c [k, n] += aᵀ · b` with `a` stored `[m, k]` and `b` `[m, n]` (a weight gradient summed
+/// over the `m` token rows).
+fn matmul_tn_into(a: &[f32], b: &[f32], m: usize, k: usize, n: usize, c: &mut [f32]) {
+    // aᵀ[p, q] = a[q·k + p]: column stride k, row stride 1.
+    gemm_strided(k, n, m, c, true, a, (k as isize, 1), b, (1, n as isize));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The three products against their definitions on a 2×3·3×2 case.
+    #[test]
+    fn products_match_hand_computed_values() {
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]; // [2, 3]
+        let b = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0]; // [3, 2]
+        assert_eq!(matmul(&a, &b, 2, 3, 2), vec![4.0, 5.0, 10.0, 11.0]);
+        // a · aᵀ = [[14, 32], [32, 77]]
+        assert_eq!(matmul_nt(&a, &a, 2, 3, 2), vec![14.0, 32.0, 32.0, 77.0]);
+        // aᵀ · a = [3, 3], accumulated onto ones.
+        let mut c = vec![1.0f32; 9];
+        matmul_tn_into(&a, &a, 2, 3, 3, &mut c);
+        assert_eq!(
+            c,
+            vec![18.0, 23.0, 28.0, 23.0, 30.0, 37.0, 28.0, 37.0, 46.0]
+        );
+    }
+
+    #[test]
+    fn head_layout_round_trips() {
+        let s = Shape4 {
+            batch: 2,
+            heads: 3,
+            seq: 4,
+            head_dim: 2,
+        };
+        let x: Vec<f32> = (0..48).map(|i| i as f32).collect();
+        let h = to_heads(&x, s);
+        // Batch 1, head 2, position 3: row 7, dims 4..6.
+        assert_eq!(&h[((3 + 2) * 4 + 3) * 2..][..2], &[46.0, 47.0]);
+        assert_eq!(from_heads(&h, s), x);
+    }
+}

@@ -1,0 +1,293 @@
+//! The whole-step CPU path (`lab::fast`) against burn's model and autodiff (the oracle): loss,
+//! logits and every parameter's gradient, for every encoding the kernels know, on two shapes.
+//!
+//! Tolerance: |fast − burn| ≤ 2e-5 + 2e-3·|burn| per element. Both sides run the same flash
+//! kernel and slice kernels; they differ in the order of the matrix products' sums (gemm called
+//! directly vs through burn) and of the loss's reductions, f32 round-off of order 1e-6 relative.
+
+use burn::module::Param;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use lab::fast::{BlockWeights, FastModel};
+use lab::model::{
+    AttentionKernel, Encoding, EncodingConfig, ModelConfig, PRopeParams, PairLayout,
+    PartialRopeParams, PositionalAttention, TapaPhase, Transformer, masked_cross_entropy,
+};
+use rand::{Rng, SeedableRng};
+
+fn config(encoding: EncodingConfig, layout: PairLayout, nope_every: usize) -> ModelConfig {
+    ModelConfig {
+        vocab_size: 13,
+        d_model: 32,
+        n_layers: 2,
+        n_heads: 2,
+        d_ff: 40,
+        encoding,
+        rope_base: 100.0,
+        pair_layout: layout,
+        attention: AttentionKernel::Fused,
+        nope_every,
+    }
+}
+
+fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().try_to_vec::<f32>().unwrap()
+}
+
+fn close(fast: &[f32], burn: &[f32], what: &str) {
+    assert_eq!(fast.len(), burn.len(), "{what}: lengths");
+    for (i, (x, y)) in fast.iter().zip(burn).enumerate() {
+        assert!(
+            (x - y).abs() <= 2e-5 + 2e-3 * y.abs(),
+            "{what}[{i}]: fast {x}, burn {y}"
+        );
+    }
+}
+
+fn grad<const D: usize>(p: &Param<Tensor<D>>, g: &burn::tensor::Gradients) -> Vec<f32> {
+    values(p.val().grad(g).expect("a gradient"))
+}
+
+fn check(what: &str, cfg: &ModelConfig, batch: usize, seq: usize) {
+    let device = Device::flex().autodiff();
+    let model: Transformer = cfg.init(5, &device);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+    let n = batch * seq;
+    let v = cfg.vocab_size;
+    let tokens: Vec<usize> = (0..n).map(|_| rng.random_range(0..v)).collect();
+    let targets: Vec<usize> = (0..n).map(|_| rng.random_range(0..v)).collect();
+    // Score about two thirds of the positions (the loss is a mean over scored positions).
+    let mask: Vec<f32> = (0..n).map(|i| f32::from(i % 3 != 0)).collect();
+
+    let fast = FastModel::from_burn(&model, cfg);
+    let out = fast.forward_backward(&tokens, &targets, &mask, batch, seq);
+
+    let ids = |x: &[usize]| {
+        Tensor::<2, Int>::from_data(
+            TensorData::new(
+                x.iter().map(|&t| t as i64).collect::<Vec<_>>(),
+                [batch, seq],
+            ),
+            &device,
+        )
+    };
+    let logits = model.forward(ids(&tokens));
+    let m = Tensor::<2>::from_data(TensorData::new(mask.clone(), [batch, seq]), &device);
+    let (loss, correct) = masked_cross_entropy(logits.clone(), ids(&targets), m);
+    let burn_loss = values(loss.clone())[0] as f64;
+    let burn_correct = values(correct)[0] as usize;
+    let g = loss.backward();
+
+    assert!(
+        (out.loss - burn_loss).abs() <= 1e-5 * burn_loss.abs().max(1.0),
+        "{what}: loss fast {} burn {burn_loss}",
+        out.loss
+    );
+    assert_eq!(out.correct, burn_correct, "{what}: correct");
+    close(&out.logits, &values(logits), &format!("{what} logits"));
+    let gr = &out.grads;
+    close(
+        &gr.token_embedding,
+        &grad(&model.token_embedding, &g),
+        &format!("{what} d/dembedding"),
+    );
+    close(
+        &gr.final_norm,
+        &grad(&model.final_norm, &g),
+        &format!("{what} d/dfinal_norm"),
+    );
+    close(
+        &gr.lm_head,
+        &grad(&model.lm_head, &g),
+        &format!("{what} d/dlm_head"),
+    );
+    for (l, (fb, bb)) in gr.blocks.iter().zip(&model.blocks).enumerate() {
+        let BlockWeights {
+            attn_norm,
+            wq,
+            wk,
+            wv,
+            wo,
+            mlp_norm,
+            w_in,
+            w_out,
+            delta,
+            ..
+        } = fb;
+        for (name, f, b) in [
+            ("attn_norm", attn_norm, grad(&bb.attn_norm, &g)),
+            ("wq", wq, grad(&bb.wq, &g)),
+            ("wk", wk, grad(&bb.wk, &g)),
+            ("wv", wv, grad(&bb.wv, &g)),
+            ("wo", wo, grad(&bb.wo, &g)),
+            ("mlp_norm", mlp_norm, grad(&bb.mlp_norm, &g)),
+            ("w_in", w_in, grad(&bb.w_in, &g)),
+            ("w_out", w_out, grad(&bb.w_out, &g)),
+        ] {
+            close(f, &b, &format!("{what} d/dblocks[{l}].{name}"));
+        }
+        match (&bb.positional, delta) {
+            (PositionalAttention::Pope(p), Some(dd)) => close(
+                dd,
+                &grad(&p.delta, &g),
+                &format!("{what} d/dblocks[{l}].delta"),
+            ),
+            (PositionalAttention::Pope(_), None) => panic!("{what}: PoPE without dδ"),
+            (_, d) => assert!(d.is_none(), "{what}: dδ for a non-PoPE layer"),
+        }
+    }
+}
+
+#[test]
+fn fast_path_matches_burn_for_every_encoding() {
+    let cases: Vec<(&str, ModelConfig)> = vec![
+        (
+            "nope",
+            config(Encoding::Nope.into(), PairLayout::Adjacent, 0),
+        ),
+        (
+            "rope adjacent",
+            config(Encoding::Rope.into(), PairLayout::Adjacent, 0),
+        ),
+        (
+            "rope rotate-half",
+            config(Encoding::Rope.into(), PairLayout::RotateHalf, 0),
+        ),
+        (
+            "pope uniform δ",
+            config(
+                EncodingConfig::for_kernel_checks(Encoding::Pope, TapaPhase::Quadratic),
+                PairLayout::Adjacent,
+                0,
+            ),
+        ),
+        (
+            "tapa quadratic",
+            config(
+                EncodingConfig::for_kernel_checks(Encoding::Tapa, TapaPhase::Quadratic),
+                PairLayout::Adjacent,
+                0,
+            ),
+        ),
+        (
+            "tapa linear",
+            config(
+                EncodingConfig::for_kernel_checks(Encoding::Tapa, TapaPhase::Linear),
+                PairLayout::Adjacent,
+                0,
+            ),
+        ),
+        (
+            "p-rope 0.5",
+            config(
+                EncodingConfig::PRope(PRopeParams { rope_p: 0.5 }),
+                PairLayout::RotateHalf,
+                0,
+            ),
+        ),
+        (
+            "partial-rope 8",
+            config(
+                EncodingConfig::PartialRope(PartialRopeParams { rotary_dim: 8 }),
+                PairLayout::RotateHalf,
+                0,
+            ),
+        ),
+        (
+            "rope, NoPE every 2nd layer",
+            config(Encoding::Rope.into(), PairLayout::Adjacent, 2),
+        ),
+    ];
+    for (what, cfg) in &cases {
+        check(what, cfg, 2, 9);
+    }
+    // A longer context (more than one 64-token key tile of the kernel) and one sequence.
+    check("rope L = 70", &cases[1].1, 1, 70);
+    check("pope L = 70", &cases[3].1, 1, 70);
+}
+
+/// The same inputs give the same bits (the fast path's own determinism at a fixed thread count).
+#[test]
+fn fast_path_is_deterministic() {
+    let cfg = config(Encoding::Rope.into(), PairLayout::Adjacent, 0);
+    let model: Transformer = cfg.init(1, &Device::flex());
+    let fast = FastModel::from_burn(&model, &cfg);
+    let tokens: Vec<usize> = (0..64).map(|i| (i * 7) % 13).collect();
+    let targets: Vec<usize> = (0..64).map(|i| (i * 5 + 1) % 13).collect();
+    let mask = vec![1.0f32; 64];
+    let a = fast.forward_backward(&tokens, &targets, &mask, 2, 32);
+    let b = fast.forward_backward(&tokens, &targets, &mask, 2, 32);
+    assert_eq!(a.loss.to_bits(), b.loss.to_bits());
+    assert_eq!(a.grads, b.grads);
+    assert!(
+        a.loss > 1.0 && a.loss < 5.0,
+        "loss {} near ln 13 = 2.56 at init",
+        a.loss
+    );
+}
+
+/// Ten training steps of the block-width quick model's shape (smaller: d = 32) through the fast
+/// path and through burn (`lab::train::train_step`) from the same initial weights and batches:
+/// the same losses and gradient norms step by step, and the same final parameters. AdamW divides
+/// by √v̂, so per-element round-off differences grow a little over the steps; the tolerance is
+/// |Δ| ≤ 1e-4 + 1e-3·|burn| on the parameters, 1e-4 relative on the losses.
+#[test]
+fn ten_training_steps_match_burn() {
+    for encoding in [
+        EncodingConfig::from(Encoding::Rope),
+        EncodingConfig::for_kernel_checks(Encoding::Pope, TapaPhase::Quadratic),
+    ] {
+        let mut cfg: lab::config::RunConfig = lab::config::from_flat_json(serde_json::json!({
+            "task": "block", "variant": "recall", "vocab_size": 16, "seq_len": 32, "block_len": 8,
+            "noise": 0.0, "encoding": "rope", "rope_base": 10000.0, "pair_layout": "adjacent",
+            "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64, "steps": 10, "batch_size": 4,
+            "lr": 0.003, "warmup_steps": 2, "min_lr_ratio": 0.1, "weight_decay": 0.1,
+            "beta1": 0.9, "beta2": 0.95, "adam_eps": 1e-8, "grad_clip": 1.0, "eval_every": 10,
+            "eval_batches": 1, "seed": 3
+        }))
+        .unwrap();
+        cfg.encoding = encoding;
+        cfg.validate().unwrap();
+        let device = Device::flex().autodiff();
+        let mcfg = cfg.model();
+        let mut model = mcfg.init(cfg.seed, &device);
+        let mut fast = FastModel::from_burn(&model, &mcfg);
+        let mut opt = lab::train::AdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
+        let mut fopt =
+            lab::fast::FastAdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
+        for step in 0..cfg.steps {
+            let ex = cfg.train_batch(step).unwrap();
+            let (next, r) = lab::train::train_step(model, &mut opt, &cfg, step, &ex, &device);
+            model = next;
+            let r = r.unwrap();
+            let f = lab::fast::train_step(&mut fast, &mut fopt, &cfg, step, &ex).unwrap();
+            let what = format!("{} step {step}", cfg.encoding.name());
+            assert!(
+                (f.loss - r.loss).abs() <= 1e-4 * r.loss,
+                "{what}: loss {} vs {}",
+                f.loss,
+                r.loss
+            );
+            assert!(
+                (f.grad_norm - r.grad_norm).abs() <= 1e-4 * r.grad_norm,
+                "{what}: grad norm {} vs {}",
+                f.grad_norm,
+                r.grad_norm
+            );
+            assert_eq!(
+                (f.correct, f.n_scored, f.lr),
+                (r.correct, r.n_scored, r.lr),
+                "{what}"
+            );
+        }
+        let after = FastModel::from_burn(&model, &mcfg);
+        for (i, ((f, _), (b, _))) in fast.params().iter().zip(after.params()).enumerate() {
+            for (j, (x, y)) in f.iter().zip(b.iter()).enumerate() {
+                assert!(
+                    (x - y).abs() <= 1e-4 + 1e-3 * y.abs(),
+                    "{} parameter {i}[{j}] after 10 steps: fast {x}, burn {y}",
+                    cfg.encoding.name()
+                );
+            }
+        }
+    }
+}
