@@ -319,7 +319,7 @@ pub enum AttentionArg {
     /// Reference attention from burn tensor ops (materialises the score matrix).
     Reference,
     /// The whole-step CPU path (`lab::fast`: forward, backward and AdamW by hand over flat
-    /// buffers, the fused attention kernel; `lab bench` only, CPU only).
+    /// buffers, the fused attention kernel; CPU only), as `attention = "fast"` in a sweep file.
     Fast,
 }
 
@@ -432,17 +432,13 @@ impl ClusterArgs {
 
 impl AttentionArg {
     /// The model's attention implementation.
-    /// The model's attention implementation (the fast path uses the fused kernel).
+    /// The model's attention implementation.
     pub fn kernel(self) -> lab::model::AttentionKernel {
         match self {
-            AttentionArg::Fused | AttentionArg::Fast => lab::model::AttentionKernel::Fused,
+            AttentionArg::Fused => lab::model::AttentionKernel::Fused,
             AttentionArg::Reference => lab::model::AttentionKernel::Reference,
+            AttentionArg::Fast => lab::model::AttentionKernel::Fast,
         }
-    }
-
-    /// Whether the whole-step fast path is asked for.
-    pub fn is_fast(self) -> bool {
-        matches!(self, AttentionArg::Fast)
     }
 }
 

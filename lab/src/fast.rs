@@ -13,25 +13,25 @@
 //! The maths is the burn model's ([`crate::model::Transformer`], pre-norm, no biases, untied
 //! head) and its loss ([`crate::model::masked_cross_entropy`]: mean over the scored positions);
 //! `tests/fast_path.rs` checks the loss, the logits and every parameter's gradient against burn's
-//! autodiff. [`train_step`] adds the global-norm clip, AdamW and PoPE's δ projection of
-//! [`crate::train::train_step`] over the flat buffers; `lab bench train-step --attention fast`
-//! times it. Not yet wired into `lab sweep`: runs still train through burn (the step loop,
-//! checkpoints and probes on these buffers, and an arena without per-step allocation, are the
-//! next part of issue 17).
+//! autodiff. [`FastAdamW`] is the burn path's AdamW over the flat buffers;
+//! [`crate::train::fast_train_step`] is one whole step (clip, AdamW, PoPE's δ projection), and a
+//! run with `attention = "fast"` trains through it ([`crate::train::train`]), its evaluations,
+//! probes and checkpoint going through the burn model refreshed by [`FastModel::write_into`];
+//! `lab bench train-step --attention fast` times it.
 //!
 //! Layouts: activations are row-major `[tokens, width]` with `tokens = batch · seq` (sequence
 //! `b`'s position `t` is row `b·seq + t`); attention inputs `[batch, heads, seq, head_dim]`.
 
 use gemm::Parallelism;
 
-use crate::config::RunConfig;
+use burn::module::Param;
+use burn::tensor::{Device, TensorData};
+
 use crate::kernels::cpu::{Shape4, flash_backward, flash_forward};
 use crate::kernels::map::KernelEncoding;
 use crate::kernels::pointwise::{gelu_backward, gelu_forward, rms_norm_backward, rms_norm_forward};
 use crate::model::pope::{DELTA_MAX, DELTA_MIN};
-use crate::model::{ModelConfig, Transformer};
-use crate::train::{StepResult, clip_factor, lr_at};
-use tasks::Example;
+use crate::model::{ModelConfig, PositionalAttention, Transformer};
 
 /// One transformer block's weights, row-major (`w` maps `[·, rows] → [·, cols]` as `x·w`).
 #[derive(Clone, Debug, PartialEq)]
@@ -132,6 +132,39 @@ impl FastModel {
             final_norm: host(model.final_norm.val()),
             lm_head: host2(model.lm_head.val()),
         }
+    }
+
+    /// Write these weights into `model` (same shapes; on `device`), for evaluation, probes and
+    /// checkpoints through burn.
+    pub fn write_into(&self, mut model: Transformer, device: &Device) -> Transformer {
+        let (d, f, v) = (
+            self.config.d_model,
+            self.config.d_ff,
+            self.config.vocab_size,
+        );
+        let p2 = |x: &[f32], shape: [usize; 2]| -> Param<burn::tensor::Tensor<2>> {
+            Param::from_data(TensorData::new(x.to_vec(), shape), device)
+        };
+        let p1 = |x: &[f32]| -> Param<burn::tensor::Tensor<1>> {
+            Param::from_data(TensorData::new(x.to_vec(), [x.len()]), device)
+        };
+        model.token_embedding = p2(&self.token_embedding, [v, d]);
+        for (b, w) in model.blocks.iter_mut().zip(&self.blocks) {
+            b.attn_norm = p1(&w.attn_norm);
+            b.wq = p2(&w.wq, [d, d]);
+            b.wk = p2(&w.wk, [d, d]);
+            b.wv = p2(&w.wv, [d, d]);
+            b.wo = p2(&w.wo, [d, d]);
+            b.mlp_norm = p1(&w.mlp_norm);
+            b.w_in = p2(&w.w_in, [d, f]);
+            b.w_out = p2(&w.w_out, [f, d]);
+            if let (PositionalAttention::Pope(p), Some(delta)) = (&mut b.positional, &w.delta) {
+                p.delta = p1(delta);
+            }
+        }
+        model.final_norm = p1(&self.final_norm);
+        model.lm_head = p2(&self.lm_head, [d, v]);
+        model
     }
 
     /// Every parameter buffer in a fixed order, with whether it is a matrix (AdamW decays
@@ -469,80 +502,6 @@ pub fn global_grad_norm(grads: &FastGrads) -> f64 {
         .map(|&x| (x as f64) * (x as f64))
         .sum::<f64>()
         .sqrt()
-}
-
-/// One training step on the fast path, with [`crate::train::train_step`]'s rules: forward and
-/// backward, the divergence checks (non-finite loss or gradient norm, `max_grad_norm`), the
-/// global-norm clip at `grad_clip`, AdamW at `lr_at(step)`, PoPE's δ projection.
-///
-/// # Errors
-/// The reason in words when the step diverged (the model is then unchanged).
-pub fn train_step(
-    model: &mut FastModel,
-    opt: &mut FastAdamW,
-    cfg: &RunConfig,
-    step: usize,
-    examples: &[Example],
-) -> Result<StepResult, String> {
-    let (batch, seq) = (examples.len(), examples[0].input.len());
-    let mut tokens = Vec::with_capacity(batch * seq);
-    let mut targets = Vec::with_capacity(batch * seq);
-    let mut mask = Vec::with_capacity(batch * seq);
-    for ex in examples {
-        tokens.extend(ex.input.iter().map(|&t| t as usize));
-        targets.extend(ex.target.iter().map(|&t| t as usize));
-        mask.extend(ex.mask.iter().map(|&m| f32::from(u8::from(m))));
-    }
-    let out = model.forward_backward(&tokens, &targets, &mask, batch, seq);
-    if !out.loss.is_finite() {
-        return Err(format!("non-finite training loss ({})", out.loss));
-    }
-    let norm = global_grad_norm(&out.grads);
-    if !norm.is_finite() {
-        return Err(format!("non-finite gradient norm ({norm})"));
-    }
-    if cfg.max_grad_norm > 0.0 && norm > cfg.max_grad_norm {
-        return Err(format!(
-            "exploding gradients: norm {norm:.4e} > max_grad_norm = {:e}",
-            cfg.max_grad_norm
-        ));
-    }
-    let lr = lr_at(step, cfg);
-    opt.step(model, &out.grads, lr, clip_factor(norm, cfg.grad_clip));
-    model.project();
-    Ok(StepResult {
-        loss: out.loss,
-        correct: out.correct as f64,
-        n_scored: mask.iter().filter(|&&m| m > 0.0).count(),
-        grad_norm: norm,
-        lr,
-    })
-}
-
-/// Time `steps` fast-path training steps of `cfg`'s model after `warmup` untimed ones (batches
-/// pre-generated), as [`crate::train::bench_train_step`] does for the burn path.
-pub fn bench_fast_step(cfg: &RunConfig, warmup: usize, steps: usize) -> crate::train::StepBench {
-    let device = burn::tensor::Device::flex();
-    let mcfg = cfg.model();
-    let mut model = FastModel::from_burn(&mcfg.init(cfg.seed, &device), &mcfg);
-    let mut opt = FastAdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
-    let batches: Vec<Vec<Example>> = (0..warmup + steps)
-        .map(|s| cfg.train_batch(s).expect("config validated"))
-        .collect();
-    let mut times = Vec::with_capacity(steps);
-    for (s, examples) in batches.iter().enumerate() {
-        let t0 = std::time::Instant::now();
-        train_step(&mut model, &mut opt, cfg, s, examples).expect("benchmark step diverged");
-        if s >= warmup {
-            times.push(t0.elapsed().as_secs_f64() * 1e3);
-        }
-    }
-    let ms = crate::train::median(&mut times);
-    crate::train::StepBench {
-        ms_per_step: ms,
-        tokens_per_s: (cfg.batch_size * cfg.seq_len) as f64 / (ms / 1e3),
-        steps,
-    }
 }
 
 fn add_into(acc: &mut [f32], x: &[f32]) {

@@ -122,13 +122,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 usize::from,
             );
             let (warmup, steps) = (warmup as usize, steps as usize);
-            let fast = attention.is_fast();
             let attention = attention.kernel();
             let json = cmds::bench_train_step_json(
                 &sweep_name,
                 &preset,
                 attention,
-                fast,
                 threads,
                 warmup,
                 steps,

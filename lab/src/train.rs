@@ -21,7 +21,8 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use tasks::{Example, Split};
 
 use crate::config::{RunConfig, StopRule};
-use crate::model::{Transformer, masked_cross_entropy};
+use crate::fast::{FastAdamW, FastModel};
+use crate::model::{AttentionKernel, Transformer, masked_cross_entropy};
 use crate::probe;
 
 /// Learning rate at 0-based `step`: linear warm-up to `lr` over `warmup_steps` (reaching `lr`
@@ -444,6 +445,80 @@ pub fn bench_train_step(
     }
 }
 
+/// One training step on the fast path ([`crate::fast`]), with [`train_step`]'s rules: forward and
+/// backward, the divergence checks (non-finite loss or gradient norm, `max_grad_norm`), the
+/// global-norm clip at `grad_clip`, AdamW at `lr_at(step)`, PoPE's δ projection.
+///
+/// # Errors
+/// The reason in words when the step diverged (the model is then unchanged).
+pub fn fast_train_step(
+    model: &mut FastModel,
+    opt: &mut FastAdamW,
+    cfg: &RunConfig,
+    step: usize,
+    examples: &[Example],
+) -> Result<StepResult, String> {
+    let (batch, seq) = (examples.len(), examples[0].input.len());
+    let mut tokens = Vec::with_capacity(batch * seq);
+    let mut targets = Vec::with_capacity(batch * seq);
+    let mut mask = Vec::with_capacity(batch * seq);
+    for ex in examples {
+        tokens.extend(ex.input.iter().map(|&t| t as usize));
+        targets.extend(ex.target.iter().map(|&t| t as usize));
+        mask.extend(ex.mask.iter().map(|&m| f32::from(u8::from(m))));
+    }
+    let out = model.forward_backward(&tokens, &targets, &mask, batch, seq);
+    if !out.loss.is_finite() {
+        return Err(format!("non-finite training loss ({})", out.loss));
+    }
+    let norm = crate::fast::global_grad_norm(&out.grads);
+    if !norm.is_finite() {
+        return Err(format!("non-finite gradient norm ({norm})"));
+    }
+    if cfg.max_grad_norm > 0.0 && norm > cfg.max_grad_norm {
+        return Err(format!(
+            "exploding gradients: norm {norm:.4e} > max_grad_norm = {:e}",
+            cfg.max_grad_norm
+        ));
+    }
+    let lr = lr_at(step, cfg);
+    opt.step(model, &out.grads, lr, clip_factor(norm, cfg.grad_clip));
+    model.project();
+    Ok(StepResult {
+        loss: out.loss,
+        correct: out.correct as f64,
+        n_scored: mask.iter().filter(|&&m| m > 0.0).count(),
+        grad_norm: norm,
+        lr,
+    })
+}
+
+/// Time `steps` fast-path training steps of `cfg`'s model after `warmup` untimed ones (batches
+/// pre-generated), as [`bench_train_step`] does for the burn path.
+pub fn bench_fast_step(cfg: &RunConfig, warmup: usize, steps: usize) -> StepBench {
+    let device = burn::tensor::Device::flex();
+    let mcfg = cfg.model();
+    let mut model = FastModel::from_burn(&mcfg.init(cfg.seed, &device), &mcfg);
+    let mut opt = FastAdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
+    let batches: Vec<Vec<Example>> = (0..warmup + steps)
+        .map(|s| cfg.train_batch(s).expect("config validated"))
+        .collect();
+    let mut times = Vec::with_capacity(steps);
+    for (s, examples) in batches.iter().enumerate() {
+        let t0 = std::time::Instant::now();
+        fast_train_step(&mut model, &mut opt, cfg, s, examples).expect("benchmark step diverged");
+        if s >= warmup {
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let ms = median(&mut times);
+    StepBench {
+        ms_per_step: ms,
+        tokens_per_s: (cfg.batch_size * cfg.seq_len) as f64 / (ms / 1e3),
+        steps,
+    }
+}
+
 /// How a run ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunStatus {
@@ -598,6 +673,16 @@ pub fn train(
     let ad_device = device.clone().autodiff();
     let mut model = cfg.model().init(cfg.seed, &ad_device);
     let mut opt = AdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
+    // `attention = "fast"` on the CPU: the steps run on the fast path's buffers, and `model` is
+    // refreshed from them before each evaluation and at the end (crate::fast).
+    let mut fast = (cfg.attention == AttentionKernel::Fast && crate::kernels::is_flex(device))
+        .then(|| {
+            let mcfg = cfg.model();
+            (
+                FastModel::from_burn(&model, &mcfg),
+                FastAdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay),
+            )
+        });
     let mut curves = Vec::new();
     let mut spectra = Vec::new();
     let mut step_ms = Vec::with_capacity(cfg.steps);
@@ -639,8 +724,14 @@ pub fn train(
     for step in 0..cfg.steps {
         let t0 = Instant::now();
         let examples = cfg.train_batch(step).expect("config validated");
-        let (next, result) = train_step(model, &mut opt, cfg, step, &examples, &ad_device);
-        model = next;
+        let result = match &mut fast {
+            Some((fm, fopt)) => fast_train_step(fm, fopt, cfg, step, &examples),
+            None => {
+                let (next, result) = train_step(model, &mut opt, cfg, step, &examples, &ad_device);
+                model = next;
+                result
+            }
+        };
         let r = match result {
             Ok(r) => r,
             Err(reason) => {
@@ -665,6 +756,9 @@ pub fn train(
         progress(step + 1, cfg.steps, loss_value);
         let done = step + 1;
         if done % cfg.eval_every == 0 || done == cfg.steps {
+            if let Some((fm, _)) = &fast {
+                model = fm.write_into(model, &ad_device);
+            }
             let ev = evaluate(&model, cfg, device);
             record_eval(done, &ev, &mut curves);
             layer_history.push(layer_effective_freqs(&ev.energy, &theta));
@@ -678,6 +772,9 @@ pub fn train(
                 break;
             }
         }
+    }
+    if let Some((fm, _)) = &fast {
+        model = fm.write_into(model, &ad_device);
     }
     let train_s: f64 = step_ms.iter().sum::<f64>() / 1e3;
     let tokens = (step_ms.len() * cfg.batch_size * cfg.seq_len) as f64;

@@ -259,7 +259,7 @@ fn ten_training_steps_match_burn() {
             let (next, r) = lab::train::train_step(model, &mut opt, &cfg, step, &ex, &device);
             model = next;
             let r = r.unwrap();
-            let f = lab::fast::train_step(&mut fast, &mut fopt, &cfg, step, &ex).unwrap();
+            let f = lab::train::fast_train_step(&mut fast, &mut fopt, &cfg, step, &ex).unwrap();
             let what = format!("{} step {step}", cfg.encoding.name());
             assert!(
                 (f.loss - r.loss).abs() <= 1e-4 * r.loss,
@@ -288,6 +288,65 @@ fn ten_training_steps_match_burn() {
                     cfg.encoding.name()
                 );
             }
+        }
+    }
+}
+
+/// A run with `attention = "fast"` trains on the fast path and evaluates through burn: its
+/// curves (train and held-out loss, accuracy, θ_eff) and its final weights match the same run
+/// with the fused kernels (tolerances as in `ten_training_steps_match_burn`; θ_eff 1e-3 relative).
+#[test]
+fn a_fast_run_matches_the_fused_run() {
+    let base = serde_json::json!({
+        "task": "block", "variant": "copy", "vocab_size": 16, "seq_len": 32, "block_len": 4,
+        "noise": 0.0, "encoding": "rope", "rope_base": 10000.0, "pair_layout": "adjacent",
+        "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64, "steps": 12, "batch_size": 4,
+        "lr": 0.003, "warmup_steps": 2, "min_lr_ratio": 0.1, "weight_decay": 0.1,
+        "beta1": 0.9, "beta2": 0.95, "adam_eps": 1e-8, "grad_clip": 1.0, "eval_every": 6,
+        "eval_batches": 1, "seed": 2
+    });
+    let run = |attention: &str| {
+        let mut v = base.clone();
+        v["attention"] = attention.into();
+        let cfg = lab::config::from_flat_json(v).unwrap();
+        cfg.validate().unwrap();
+        let (out, model) = lab::train::train(&cfg, &Device::flex(), &mut |_, _, _| {});
+        assert_eq!(out.status, lab::train::RunStatus::Done);
+        (out, FastModel::from_burn(&model, &cfg.model()))
+    };
+    let (fused, wf) = run("fused");
+    let (fast, wq) = run("fast");
+    assert_eq!(fused.curves.len(), fast.curves.len());
+    // The two paths sum the products in different orders: some loss differs in its last bits,
+    // which shows the fast run did take the fast path.
+    assert!(
+        fast.curves
+            .iter()
+            .zip(&fused.curves)
+            .any(|(a, b)| a.loss.to_bits() != b.loss.to_bits()),
+        "the fast run's curves are bit-identical to the fused run's"
+    );
+    for (a, b) in fast.curves.iter().zip(&fused.curves) {
+        assert_eq!((a.step, a.split), (b.step, b.split));
+        assert!(
+            (a.loss - b.loss).abs() <= 1e-4 * b.loss.max(1e-3),
+            "{a:?} vs {b:?}"
+        );
+        assert!((a.accuracy - b.accuracy).abs() <= 1e-9, "{a:?} vs {b:?}");
+        if let (Some(x), Some(y)) = (a.effective_freq, b.effective_freq) {
+            assert!(
+                (x - y).abs() <= 1e-3 * y,
+                "θ_eff {x} vs {y} at step {}",
+                a.step
+            );
+        }
+    }
+    for (i, ((f, _), (b, _))) in wq.params().iter().zip(wf.params()).enumerate() {
+        for (j, (x, y)) in f.iter().zip(b.iter()).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-4 + 1e-3 * y.abs(),
+                "parameter {i}[{j}]: fast {x}, fused {y}"
+            );
         }
     }
 }

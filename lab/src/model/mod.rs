@@ -338,6 +338,11 @@ pub enum AttentionKernel {
     /// Burn tensor ops with autodiff ([`causal_attention`], [`rms_norm`], burn's `gelu`):
     /// materialises `[seq, seq]` per head.
     Reference,
+    /// Training steps on the whole-step CPU path ([`crate::fast`]: forward, backward and AdamW by
+    /// hand over flat buffers, the same fused kernels); evaluation, probes and checkpoints go
+    /// through the burn model with the fused kernels, refreshed from the fast path's weights
+    /// before each use. Flex (CPU) only: on CubeCL devices it is `fused`.
+    Fast,
 }
 
 impl AttentionKernel {
@@ -346,13 +351,14 @@ impl AttentionKernel {
         match self {
             AttentionKernel::Fused => "fused",
             AttentionKernel::Reference => "reference",
+            AttentionKernel::Fast => "fast",
         }
     }
 
     /// Whether RMSNorm and GELU run on the fused kernels of [`crate::kernels::pointwise`] on
-    /// `device`: the fused kernel choice on a flex device.
+    /// `device`: the fused (or fast) kernel choice on a flex device.
     pub fn fused_pointwise(self, device: &burn::tensor::Device) -> bool {
-        self == AttentionKernel::Fused && crate::kernels::is_flex(device)
+        self != AttentionKernel::Reference && crate::kernels::is_flex(device)
     }
 }
 
@@ -535,7 +541,7 @@ impl Block {
         }
         let out = match self.kernel {
             AttentionKernel::Reference => causal_attention(&self.positional, q, k, v, mask),
-            AttentionKernel::Fused => {
+            AttentionKernel::Fused | AttentionKernel::Fast => {
                 let (encoding, delta) = self.positional.kernel_encoding();
                 crate::kernels::positional_attention(q, k, v, delta, encoding)
             }

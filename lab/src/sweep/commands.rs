@@ -176,12 +176,12 @@ pub fn bench_train_step_json(
     sweep: &str,
     preset: &str,
     attention: AttentionKernel,
-    fast: bool,
     threads: usize,
     warmup: usize,
     steps: usize,
     backend: Backend,
 ) -> Result<serde_json::Value, SweepError> {
+    let fast = attention == AttentionKernel::Fast;
     if fast && backend != Backend::Cpu {
         return Err(SweepError::Backend(
             "--attention fast: the whole-step fast path runs on the CPU only (--backend cpu)"
@@ -201,7 +201,7 @@ pub fn bench_train_step_json(
         .config;
     cfg.attention = attention;
     let b = if fast {
-        crate::fast::bench_fast_step(&cfg, warmup, steps)
+        crate::train::bench_fast_step(&cfg, warmup, steps)
     } else {
         crate::train::bench_train_step(&cfg, warmup, steps, &backend.device()?)
     };
