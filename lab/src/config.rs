@@ -488,59 +488,20 @@ impl RunConfig {
 /// # Errors
 /// One line: an unknown encoding (with the closest name), or a parameter of another encoding
 /// (`tapa_alpha` is a parameter of encoding tapa, not of this run's encoding rope).
-pub fn nest_encoding_fields(mut table: toml::Table) -> Result<toml::Table, String> {
-    let mut section = match table.remove("encoding") {
-        Some(toml::Value::String(name)) => {
-            let mut t = toml::Table::new();
-            t.insert("kind".into(), toml::Value::String(name));
-            t
-        }
-        Some(toml::Value::Table(t)) => t,
-        Some(other) => {
-            return Err(format!(
-                "encoding: invalid type: {}, expected an encoding name ({})",
-                other.type_str(),
-                Encoding::NAMES.join(", ")
-            ));
-        }
-        None => return Ok(table),
-    };
-    let name = match section.get("kind") {
-        Some(toml::Value::String(s)) => s.clone(),
-        _ => {
-            return Err(format!(
-                "encoding: expected an encoding name ({})",
-                Encoding::NAMES.join(", ")
-            ));
-        }
-    };
-    let kind = Encoding::from_name(&name).ok_or_else(|| {
-        format!(
-            "encoding: unknown variant `{name}`, expected one of {}{}",
-            Encoding::NAMES.join(", "),
-            did_you_mean(&name, Encoding::NAMES.iter().copied())
-        )
-    })?;
-    let keys: Vec<String> = table.keys().cloned().collect();
-    for key in keys {
-        if kind.params().contains(&key.as_str()) {
-            let v = table.remove(&key).expect("listed key");
-            section.insert(key, v);
-        } else if let Some(owner) = Encoding::ALL
-            .iter()
-            .find(|e| e.params().contains(&key.as_str()))
-        {
-            return Err(format!(
-                "{key}: a parameter of encoding {}, not of this run's encoding {}; remove it, \
-                 or set it only for runs with encoding = \"{}\" (in their [[arms]])",
-                owner.name(),
-                kind.name(),
-                owner.name()
-            ));
-        }
-    }
-    table.insert("encoding".into(), toml::Value::Table(section));
-    Ok(table)
+pub fn nest_encoding_fields(table: toml::Table) -> Result<toml::Table, String> {
+    let kinds: Vec<(&'static str, &'static [&'static str])> = Encoding::ALL
+        .iter()
+        .map(|e| (e.name(), e.params()))
+        .collect();
+    crate::section::nest(
+        table,
+        &crate::section::Section {
+            key: "encoding",
+            expected: "an encoding name",
+            kinds: &kinds,
+            required: false,
+        },
+    )
 }
 
 /// `v ∈ (lo, hi]` (NaN rejected), else a one-line error naming `field`.
@@ -730,7 +691,8 @@ pub(crate) mod tests {
         t.insert("encoding".into(), "ropee".into());
         let e = from_toml(t).unwrap_err();
         assert!(
-            e.starts_with("encoding: unknown variant `ropee`") && e.contains("did you mean `rope`"),
+            e.starts_with("encoding: unknown encoding `ropee`")
+                && e.contains("did you mean `rope`"),
             "{e}"
         );
         // Ranges of an encoding's own parameters.

@@ -6,8 +6,9 @@
 //! ([`results`]); the sweep then fits the law θ* ∝ 1/W ([`analysis`]). Trained runs are
 //! checkpoints ([`checkpoint`]) that [`eval`] evaluates at other lengths with any RoPE scaling
 //! ([`model::scaling`]); [`generate`] prints any task's examples; [`kernels`] holds the fused
-//! attention kernels; [`plot`] draws each sweep's figures; [`mi`] measures the data's
-//! mutual-information profiles (`lab mi`).
+//! attention kernels and [`fast`] the whole-step CPU training path built on them; [`plot`] draws
+//! each sweep's figures; [`mi`] measures the data's mutual-information profiles (`lab mi`);
+//! [`section`] nests a task's and an encoding's flat parameters into their config sections.
 
 #![warn(missing_docs)]
 
@@ -25,6 +26,7 @@ pub mod model;
 pub mod plot;
 pub mod probe;
 pub mod results;
+pub mod section;
 pub mod store;
 pub mod sweep;
 pub mod task;

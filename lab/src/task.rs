@@ -246,61 +246,20 @@ pub fn all_params() -> Vec<&'static str> {
 /// # Errors
 /// One line: a missing or unknown task (with the closest name), or a parameter of another task
 /// (`max_letters` is a parameter of task indirect, not of this run's task block).
-pub fn nest_task_fields(mut table: toml::Table) -> Result<toml::Table, String> {
-    let mut section = match table.remove("task") {
-        Some(toml::Value::String(name)) => {
-            let mut t = toml::Table::new();
-            t.insert("kind".into(), toml::Value::String(name));
-            t
-        }
-        Some(toml::Value::Table(t)) => t,
-        Some(other) => {
-            return Err(format!(
-                "task: invalid type: {}, expected a task name ({})",
-                other.type_str(),
-                TaskKind::NAMES.join(", ")
-            ));
-        }
-        None => {
-            return Err(format!(
-                "missing field `task` (one of {})",
-                TaskKind::NAMES.join(", ")
-            ));
-        }
-    };
-    let name = match section.get("kind") {
-        Some(toml::Value::String(s)) => s.clone(),
-        _ => {
-            return Err(format!(
-                "task: expected a task name ({})",
-                TaskKind::NAMES.join(", ")
-            ));
-        }
-    };
-    let kind = TaskKind::from_name(&name).ok_or_else(|| {
-        format!(
-            "task: unknown task `{name}`, expected one of {}{}",
-            TaskKind::NAMES.join(", "),
-            crate::hint::did_you_mean(&name, TaskKind::NAMES.iter().copied())
-        )
-    })?;
-    let keys: Vec<String> = table.keys().cloned().collect();
-    for key in keys {
-        if kind.params().contains(&key.as_str()) {
-            let v = table.remove(&key).expect("listed key");
-            section.insert(key, v);
-        } else if let Some(owner) = TaskKind::ALL
-            .iter()
-            .find(|t| t.params().contains(&key.as_str()))
-        {
-            return Err(format!(
-                "{key}: a parameter of task {owner}, not of this run's task {kind}; remove it, \
-                 or set it only for runs with task = \"{owner}\" (in their [[arms]])"
-            ));
-        }
-    }
-    table.insert("task".into(), toml::Value::Table(section));
-    Ok(table)
+pub fn nest_task_fields(table: toml::Table) -> Result<toml::Table, String> {
+    let kinds: Vec<(&'static str, &'static [&'static str])> = TaskKind::ALL
+        .iter()
+        .map(|k| (k.name(), k.params()))
+        .collect();
+    crate::section::nest(
+        table,
+        &crate::section::Section {
+            key: "task",
+            expected: "a task name",
+            kinds: &kinds,
+            required: true,
+        },
+    )
 }
 
 #[cfg(test)]

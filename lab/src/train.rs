@@ -414,27 +414,47 @@ pub struct StepBench {
     pub steps: usize,
 }
 
-/// Time `steps` training steps of `cfg`'s model after `warmup` steps (batches pre-generated).
+/// Time `steps` training steps of `cfg`'s model after `warmup` steps (batches pre-generated):
+/// through burn on `device`, or on the whole-step fast path when `cfg.attention` is `fast` and
+/// `device` is the CPU (flex).
 pub fn bench_train_step(
     cfg: &RunConfig,
     warmup: usize,
     steps: usize,
     device: &Device,
 ) -> StepBench {
-    let ad_device = device.clone().autodiff();
-    let mut model = cfg.model().init(cfg.seed, &ad_device);
-    let mut opt = AdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
     let batches: Vec<Vec<Example>> = (0..warmup + steps)
         .map(|s| cfg.train_batch(s).expect("config validated"))
         .collect();
     let mut times = Vec::with_capacity(steps);
-    for (s, examples) in batches.iter().enumerate() {
+    let mut timed = |s: usize, run: &mut dyn FnMut()| {
         let t0 = Instant::now();
-        let (next, r) = train_step(model, &mut opt, cfg, s, examples, &ad_device);
-        model = next;
-        r.expect("benchmark step diverged");
+        run();
         if s >= warmup {
             times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+    };
+    let ad_device = device.clone().autodiff();
+    let model = cfg.model().init(cfg.seed, &ad_device);
+    if cfg.attention == AttentionKernel::Fast && crate::kernels::is_flex(device) {
+        let mut fast = FastModel::from_burn(&model, &cfg.model());
+        let mut opt = FastAdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
+        for (s, examples) in batches.iter().enumerate() {
+            timed(s, &mut || {
+                fast_train_step(&mut fast, &mut opt, cfg, s, examples)
+                    .expect("benchmark step diverged");
+            });
+        }
+    } else {
+        let mut model = Some(model);
+        let mut opt = AdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
+        for (s, examples) in batches.iter().enumerate() {
+            timed(s, &mut || {
+                let m = model.take().expect("a model between steps");
+                let (next, r) = train_step(m, &mut opt, cfg, s, examples, &ad_device);
+                model = Some(next);
+                r.expect("benchmark step diverged");
+            });
         }
     }
     let ms = median(&mut times);
@@ -491,32 +511,6 @@ pub fn fast_train_step(
         grad_norm: norm,
         lr,
     })
-}
-
-/// Time `steps` fast-path training steps of `cfg`'s model after `warmup` untimed ones (batches
-/// pre-generated), as [`bench_train_step`] does for the burn path.
-pub fn bench_fast_step(cfg: &RunConfig, warmup: usize, steps: usize) -> StepBench {
-    let device = burn::tensor::Device::flex();
-    let mcfg = cfg.model();
-    let mut model = FastModel::from_burn(&mcfg.init(cfg.seed, &device), &mcfg);
-    let mut opt = FastAdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
-    let batches: Vec<Vec<Example>> = (0..warmup + steps)
-        .map(|s| cfg.train_batch(s).expect("config validated"))
-        .collect();
-    let mut times = Vec::with_capacity(steps);
-    for (s, examples) in batches.iter().enumerate() {
-        let t0 = std::time::Instant::now();
-        fast_train_step(&mut model, &mut opt, cfg, s, examples).expect("benchmark step diverged");
-        if s >= warmup {
-            times.push(t0.elapsed().as_secs_f64() * 1e3);
-        }
-    }
-    let ms = median(&mut times);
-    StepBench {
-        ms_per_step: ms,
-        tokens_per_s: (cfg.batch_size * cfg.seq_len) as f64 / (ms / 1e3),
-        steps,
-    }
 }
 
 /// How a run ended.

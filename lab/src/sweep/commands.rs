@@ -200,11 +200,7 @@ pub fn bench_train_step_json(
         .expect("expand returns at least one run")
         .config;
     cfg.attention = attention;
-    let b = if fast {
-        crate::train::bench_fast_step(&cfg, warmup, steps)
-    } else {
-        crate::train::bench_train_step(&cfg, warmup, steps, &backend.device()?)
-    };
+    let b = crate::train::bench_train_step(&cfg, warmup, steps, &backend.device()?);
     Ok(serde_json::json!({
         "path": if fast { "fast" } else { "burn" },
         "ms_per_step": b.ms_per_step, "tokens_per_s": b.tokens_per_s,

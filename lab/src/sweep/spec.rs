@@ -691,7 +691,7 @@ grid = { block_len = [4] }
             .to_string();
         assert!(
             err.starts_with(
-                "sweeps/t.toml: preset q, encoding = ropee: encoding: unknown variant `ropee`, expected one of"
+                "sweeps/t.toml: preset q, encoding = ropee: encoding: unknown encoding `ropee`, expected one of"
             ),
             "{err}"
         );
