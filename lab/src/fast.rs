@@ -337,13 +337,11 @@ impl FastModel {
         let n_scored = mask.iter().sum::<f32>().max(1.0);
         let mut dlogits = vec![0.0f32; n * v];
         let (mut loss, mut correct) = (0.0f64, 0usize);
-        for (row, ((lg, dl), (&t, &m))) in logits
+        for ((lg, dl), (&t, &m)) in logits
             .chunks(v)
             .zip(dlogits.chunks_mut(v))
             .zip(targets.iter().zip(mask))
-            .enumerate()
         {
-            let _ = row;
             let max = lg.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             let sum: f64 = lg.iter().map(|&z| ((z - max) as f64).exp()).sum();
             let log_z = max as f64 + sum.ln();
