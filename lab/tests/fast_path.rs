@@ -137,6 +137,32 @@ fn check(what: &str, cfg: &ModelConfig, batch: usize, seq: usize) {
     }
 }
 
+/// Every parameter of `fast` within |Δ| ≤ 1e-4 + 1e-3·|reference| of `reference`'s (training
+/// steps amplify round-off a little through AdamW's 1/√v̂).
+fn close_params(fast: &FastModel, reference: &FastModel, what: &str) {
+    for (i, ((f, _), (r, _))) in fast.params().iter().zip(reference.params()).enumerate() {
+        assert_eq!(f.len(), r.len(), "{what}: parameter {i} length");
+        for (j, (x, y)) in f.iter().zip(r.iter()).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-4 + 1e-3 * y.abs(),
+                "{what}: parameter {i}[{j}]: fast {x}, reference {y}"
+            );
+        }
+    }
+}
+
+/// A small block-task run (copy, B = 4, d = 32, 2 layers, 12 steps, evaluated every 6).
+fn small_run() -> serde_json::Value {
+    serde_json::json!({
+        "task": "block", "variant": "copy", "vocab_size": 16, "seq_len": 32, "block_len": 4,
+        "noise": 0.0, "encoding": "rope", "rope_base": 10000.0, "pair_layout": "adjacent",
+        "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64, "steps": 12, "batch_size": 4,
+        "lr": 0.003, "warmup_steps": 2, "min_lr_ratio": 0.1, "weight_decay": 0.1,
+        "beta1": 0.9, "beta2": 0.95, "adam_eps": 1e-8, "grad_clip": 1.0, "eval_every": 6,
+        "eval_batches": 1, "seed": 2
+    })
+}
+
 #[test]
 fn fast_path_matches_burn_for_every_encoding() {
     let cases: Vec<(&str, ModelConfig)> = vec![
@@ -236,15 +262,13 @@ fn ten_training_steps_match_burn() {
         EncodingConfig::from(Encoding::Rope),
         EncodingConfig::for_kernel_checks(Encoding::Pope, TapaPhase::Quadratic),
     ] {
-        let mut cfg: lab::config::RunConfig = lab::config::from_flat_json(serde_json::json!({
-            "task": "block", "variant": "recall", "vocab_size": 16, "seq_len": 32, "block_len": 8,
-            "noise": 0.0, "encoding": "rope", "rope_base": 10000.0, "pair_layout": "adjacent",
-            "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64, "steps": 10, "batch_size": 4,
-            "lr": 0.003, "warmup_steps": 2, "min_lr_ratio": 0.1, "weight_decay": 0.1,
-            "beta1": 0.9, "beta2": 0.95, "adam_eps": 1e-8, "grad_clip": 1.0, "eval_every": 10,
-            "eval_batches": 1, "seed": 3
-        }))
-        .unwrap();
+        let mut v = small_run();
+        v["variant"] = "recall".into();
+        v["block_len"] = 8.into();
+        v["steps"] = 10.into();
+        v["eval_every"] = 10.into();
+        v["seed"] = 3.into();
+        let mut cfg = lab::config::from_flat_json(v).unwrap();
         cfg.encoding = encoding;
         cfg.validate().unwrap();
         let device = Device::flex().autodiff();
@@ -280,15 +304,11 @@ fn ten_training_steps_match_burn() {
             );
         }
         let after = FastModel::from_burn(&model, &mcfg);
-        for (i, ((f, _), (b, _))) in fast.params().iter().zip(after.params()).enumerate() {
-            for (j, (x, y)) in f.iter().zip(b.iter()).enumerate() {
-                assert!(
-                    (x - y).abs() <= 1e-4 + 1e-3 * y.abs(),
-                    "{} parameter {i}[{j}] after 10 steps: fast {x}, burn {y}",
-                    cfg.encoding.name()
-                );
-            }
-        }
+        close_params(
+            &fast,
+            &after,
+            &format!("{} after 10 steps", cfg.encoding.name()),
+        );
     }
 }
 
@@ -297,14 +317,7 @@ fn ten_training_steps_match_burn() {
 /// with the fused kernels (tolerances as in `ten_training_steps_match_burn`; θ_eff 1e-3 relative).
 #[test]
 fn a_fast_run_matches_the_fused_run() {
-    let base = serde_json::json!({
-        "task": "block", "variant": "copy", "vocab_size": 16, "seq_len": 32, "block_len": 4,
-        "noise": 0.0, "encoding": "rope", "rope_base": 10000.0, "pair_layout": "adjacent",
-        "d_model": 32, "n_layers": 2, "n_heads": 2, "d_ff": 64, "steps": 12, "batch_size": 4,
-        "lr": 0.003, "warmup_steps": 2, "min_lr_ratio": 0.1, "weight_decay": 0.1,
-        "beta1": 0.9, "beta2": 0.95, "adam_eps": 1e-8, "grad_clip": 1.0, "eval_every": 6,
-        "eval_batches": 1, "seed": 2
-    });
+    let base = small_run();
     let run = |attention: &str| {
         let mut v = base.clone();
         v["attention"] = attention.into();
@@ -341,12 +354,5 @@ fn a_fast_run_matches_the_fused_run() {
             );
         }
     }
-    for (i, ((f, _), (b, _))) in wq.params().iter().zip(wf.params()).enumerate() {
-        for (j, (x, y)) in f.iter().zip(b.iter()).enumerate() {
-            assert!(
-                (x - y).abs() <= 1e-4 + 1e-3 * y.abs(),
-                "parameter {i}[{j}]: fast {x}, fused {y}"
-            );
-        }
-    }
+    close_params(&wq, &wf, "a fast run's final weights");
 }
