@@ -8,7 +8,9 @@
 //!   [`flash_backward`]) with each layer's [`KernelEncoding`], so every encoding the kernels
 //!   know (NoPE, RoPE in both layouts and any scaling, PoPE with δ, TAPA in both phases, p-RoPE,
 //!   partial rotary, hybrid NoPE layers) runs here unchanged.
-//! - RMSNorm and GELU are the slice kernels of [`crate::kernels::pointwise`].
+//! - RMSNorm and GELU are the slice kernels of [`crate::kernels::pointwise`]; GELU's forward
+//!   also returns its derivative ([`gelu_forward_with_grad`]: one exponential per element), so
+//!   its backward is one multiply.
 //!
 //! The maths is the burn model's ([`crate::model::Transformer`], pre-norm, no biases, untied
 //! head) and its loss ([`crate::model::masked_cross_entropy`]: mean over the scored positions);
@@ -29,7 +31,7 @@ use burn::tensor::{Device, TensorData};
 
 use crate::kernels::cpu::{Shape4, flash_backward, flash_forward};
 use crate::kernels::map::KernelEncoding;
-use crate::kernels::pointwise::{gelu_backward, gelu_forward, rms_norm_backward, rms_norm_forward};
+use crate::kernels::pointwise::{gelu_forward_with_grad, rms_norm_backward, rms_norm_forward};
 use crate::model::pope::{DELTA_MAX, DELTA_MIN};
 use crate::model::{ModelConfig, PositionalAttention, Transformer};
 
@@ -291,7 +293,7 @@ impl FastModel {
             x1: Vec<f32>,
             r2: Vec<f32>,
             h2: Vec<f32>,
-            u: Vec<f32>,
+            gelu_grad: Vec<f32>,
             a: Vec<f32>,
         }
         let mut x = vec![0.0f32; n * d];
@@ -310,7 +312,7 @@ impl FastModel {
             add_into(&mut x1, &x);
             let (h2, r2) = rms_norm_forward(&x1, &b.mlp_norm);
             let u = matmul(&h2, &b.w_in, n, d, f);
-            let a = gelu_forward(&u);
+            let (a, gelu_grad) = gelu_forward_with_grad(&u);
             let mut x2 = matmul(&a, &b.w_out, n, f, d);
             add_into(&mut x2, &x1);
             saved.push(Saved {
@@ -326,7 +328,7 @@ impl FastModel {
                 x1,
                 r2,
                 h2,
-                u,
+                gelu_grad,
                 a,
             });
         }
@@ -379,7 +381,7 @@ impl FastModel {
             // x2 = x1 + gelu(rms(x1)·w_in)·w_out
             matmul_tn_into(&s.a, &dx, n, f, d, &mut g.w_out);
             let da = matmul_nt(&dx, &b.w_out, n, d, f);
-            let du = gelu_backward(&s.u, &da);
+            let du: Vec<f32> = da.iter().zip(&s.gelu_grad).map(|(d, g)| d * g).collect();
             matmul_tn_into(&s.h2, &du, n, d, f, &mut g.w_in);
             let dh2 = matmul_nt(&du, &b.w_in, n, f, d);
             let (dx1n, dg2) = rms_norm_backward(&s.x1, &b.mlp_norm, &s.r2, &dh2);
