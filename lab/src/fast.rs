@@ -510,16 +510,16 @@ fn add_into(acc: &mut [f32], x: &[f32]) {
     }
 }
 
-/// `[tokens, heads·head_dim]` (row `b·seq + t`) → `[batch, heads, seq, head_dim]`.
+/// `[tokens, heads·head_dim]` (row `b·seq + t`) → `[batch, heads, seq, head_dim]`, written in
+/// output order (no zero-fill first).
 fn to_heads(x: &[f32], s: Shape4) -> Vec<f32> {
     let (d, hd) = (s.heads * s.head_dim, s.head_dim);
-    let mut out = vec![0.0f32; x.len()];
+    let mut out = Vec::with_capacity(x.len());
     for b in 0..s.batch {
-        for t in 0..s.seq {
-            let row = &x[(b * s.seq + t) * d..(b * s.seq + t + 1) * d];
-            for h in 0..s.heads {
-                let dst = ((b * s.heads + h) * s.seq + t) * hd;
-                out[dst..dst + hd].copy_from_slice(&row[h * hd..(h + 1) * hd]);
+        for h in 0..s.heads {
+            for t in 0..s.seq {
+                let src = (b * s.seq + t) * d + h * hd;
+                out.extend_from_slice(&x[src..src + hd]);
             }
         }
     }
@@ -528,14 +528,13 @@ fn to_heads(x: &[f32], s: Shape4) -> Vec<f32> {
 
 /// Inverse of [`to_heads`].
 fn from_heads(x: &[f32], s: Shape4) -> Vec<f32> {
-    let (d, hd) = (s.heads * s.head_dim, s.head_dim);
-    let mut out = vec![0.0f32; x.len()];
+    let hd = s.head_dim;
+    let mut out = Vec::with_capacity(x.len());
     for b in 0..s.batch {
         for t in 0..s.seq {
-            let row = &mut out[(b * s.seq + t) * d..(b * s.seq + t + 1) * d];
             for h in 0..s.heads {
                 let src = ((b * s.heads + h) * s.seq + t) * hd;
-                row[h * hd..(h + 1) * hd].copy_from_slice(&x[src..src + hd]);
+                out.extend_from_slice(&x[src..src + hd]);
             }
         }
     }
