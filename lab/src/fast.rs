@@ -1,6 +1,7 @@
 //! The whole-step CPU path (issue 17, first part): the lab's transformer forward and backward by
-//! hand over flat `f32` buffers, so a training step makes no burn tensor op, no autodiff graph
-//! and no layout copy it does not need.
+//! hand over flat `f32` buffers, so a training step makes no burn tensor op and no autodiff graph;
+//! its only layout copies are q, k, v (and their gradients) to and from the attention kernel's
+//! head layout.
 //!
 //! - Matrix products go straight to the `gemm` crate (the one burn's flex backend calls), with
 //!   transposes expressed as strides.
