@@ -30,10 +30,11 @@ pub const RMS_EPS: f32 = 1e-6;
 /// Elements per rayon task (smaller inputs run on one thread).
 const CHUNK: usize = 16 * 1024;
 
-/// `erf(x)`, Abramowitz & Stegun 7.1.26: `1 − (a₁t + … + a₅t⁵)·e^(−x²)`, `t = 1/(1 + p|x|)`,
-/// absolute error ≤ 1.5e-7 (plus f32 rounding).
+/// `erf(|z|)` by Abramowitz & Stegun 7.1.26 from `az = |z|` and `e = e^(−z²)`:
+/// `1 − (a₁t + … + a₅t⁵)·e`, `t = 1/(1 + p·az)` (absolute error ≤ 1.5e-7, plus f32 rounding).
+/// The exponential is the caller's, so GELU's forward can share it with `φ`.
 #[inline(always)]
-pub fn erf_approx(x: f32) -> f32 {
+fn erf_abs(az: f32, e: f32) -> f32 {
     const P: f32 = 0.327_591_1;
     const A: [f32; 5] = [
         0.254_829_6,
@@ -42,10 +43,17 @@ pub fn erf_approx(x: f32) -> f32 {
         -1.453_152_1,
         1.061_405_4,
     ];
-    let ax = x.abs();
-    let t = 1.0 / (1.0 + P * ax);
+    let t = 1.0 / (1.0 + P * az);
     let poly = t * (A[0] + t * (A[1] + t * (A[2] + t * (A[3] + t * A[4]))));
-    let y = 1.0 - poly * exp_approx(-ax * ax);
+    1.0 - poly * e
+}
+
+/// `erf(x)`, Abramowitz & Stegun 7.1.26 ([`erf_abs`] with the kernel's polynomial `exp`),
+/// absolute error ≤ 1.5e-7 (plus f32 rounding).
+#[inline(always)]
+pub fn erf_approx(x: f32) -> f32 {
+    let ax = x.abs();
+    let y = erf_abs(ax, exp_approx(-ax * ax));
     if x < 0.0 { -y } else { y }
 }
 
@@ -100,23 +108,12 @@ fn gelu_grad_chunk(dx: &mut [f32], x: &[f32], dy: &[f32]) {
 }
 
 /// GELU and its derivative in one pass, sharing one exponential: with `e = e^(−x²/2)`,
-/// `Φ(x) = ½(1 + erf(x/√2))` where `erf(|z|) = 1 − poly(t)·e^(−z²)` (the same A&S 7.1.26 as
-/// [`erf_approx`], `e^(−z²) = e` at `z = x/√2`) and `φ(x) = e/√(2π)`.
+/// `Φ(x) = ½(1 + erf(x/√2))` by [`erf_abs`] (`e^(−z²) = e` at `z = x/√2`) and `φ(x) = e/√(2π)`.
 #[inline(always)]
 fn gelu_and_grad_chunk(y: &mut [f32], g: &mut [f32], x: &[f32]) {
-    const P: f32 = 0.327_591_1;
-    const A: [f32; 5] = [
-        0.254_829_6,
-        -0.284_496_74,
-        1.421_413_8,
-        -1.453_152_1,
-        1.061_405_4,
-    ];
     for ((y, g), &x) in y.iter_mut().zip(g.iter_mut()).zip(x) {
         let e = exp_approx(-0.5 * x * x);
-        let t = 1.0 / (1.0 + P * (x * FRAC_1_SQRT_2).abs());
-        let poly = t * (A[0] + t * (A[1] + t * (A[2] + t * (A[3] + t * A[4]))));
-        let erf_abs = 1.0 - poly * e;
+        let erf_abs = erf_abs((x * FRAC_1_SQRT_2).abs(), e);
         let erf = if x < 0.0 { -erf_abs } else { erf_abs };
         let cdf = 0.5 * (1.0 + erf);
         *y = x * cdf;
