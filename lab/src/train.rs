@@ -168,16 +168,10 @@ pub struct Batch {
 
 /// Stack examples (all of length `seq`) into tensors on `device`.
 pub fn to_batch(examples: &[Example], device: &Device) -> Batch {
-    let b = examples.len();
-    let l = examples[0].input.len();
-    let mut inputs = Vec::with_capacity(b * l);
-    let mut targets = Vec::with_capacity(b * l);
-    let mut mask = Vec::with_capacity(b * l);
-    for ex in examples {
-        inputs.extend(ex.input.iter().map(|&x| x as i64));
-        targets.extend(ex.target.iter().map(|&x| x as i64));
-        mask.extend(ex.mask.iter().map(|&m| if m { 1.0f32 } else { 0.0 }));
-    }
+    let (b, l) = (examples.len(), examples[0].input.len());
+    let (inputs, targets, mask) = flat_batch(examples);
+    let ids = |x: Vec<usize>| -> Vec<i64> { x.into_iter().map(|t| t as i64).collect() };
+    let (inputs, targets) = (ids(inputs), ids(targets));
     let n_scored = mask.iter().filter(|&&m| m > 0.0).count();
     Batch {
         inputs: Tensor::from_data(TensorData::new(inputs, [b, l]), device),
@@ -185,6 +179,22 @@ pub fn to_batch(examples: &[Example], device: &Device) -> Batch {
         mask: Tensor::from_data(TensorData::new(mask, [b, l]), device),
         n_scored,
     }
+}
+
+/// A batch as flat host vectors `[batch · seq]`: input ids, target ids, mask (1.0 where scored).
+pub fn flat_batch(examples: &[Example]) -> (Vec<usize>, Vec<usize>, Vec<f32>) {
+    let n = examples.len() * examples.first().map_or(0, |e| e.input.len());
+    let (mut inputs, mut targets, mut mask) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    for ex in examples {
+        inputs.extend(ex.input.iter().map(|&x| x as usize));
+        targets.extend(ex.target.iter().map(|&x| x as usize));
+        mask.extend(ex.mask.iter().map(|&m| if m { 1.0f32 } else { 0.0 }));
+    }
+    (inputs, targets, mask)
 }
 
 /// One point of a learning curve.
@@ -479,14 +489,7 @@ pub fn fast_train_step(
     examples: &[Example],
 ) -> Result<StepResult, String> {
     let (batch, seq) = (examples.len(), examples[0].input.len());
-    let mut tokens = Vec::with_capacity(batch * seq);
-    let mut targets = Vec::with_capacity(batch * seq);
-    let mut mask = Vec::with_capacity(batch * seq);
-    for ex in examples {
-        tokens.extend(ex.input.iter().map(|&t| t as usize));
-        targets.extend(ex.target.iter().map(|&t| t as usize));
-        mask.extend(ex.mask.iter().map(|&m| f32::from(u8::from(m))));
-    }
+    let (tokens, targets, mask) = flat_batch(examples);
     let out = model.forward_backward(&tokens, &targets, &mask, batch, seq);
     if !out.loss.is_finite() {
         return Err(format!("non-finite training loss ({})", out.loss));
