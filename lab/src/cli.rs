@@ -27,7 +27,7 @@ pub enum Cmd {
     ///
     /// Finished runs are skipped, so re-running after a crash does only what is missing.
     #[command(
-        after_help = "Examples:\n  lab sweep --list\n  lab sweep block-width --preset quick\n  lab sweep block-width --preset smoke --out /tmp/bw --jobs 2"
+        after_help = "Examples:\n  lab sweep --list\n  lab sweep block-width --preset quick\n  lab sweep block-width --preset smoke --out /tmp/bw --jobs 2\n  lab sweep block-width --set steps=1000 --set 'block_len=[4,16]' --dry-run\n  lab sweep block-width --set presets.quick.base.lr=0.001\n\n--set KEY=VALUE: KEY is a config field, applied to every run after the file and the preset (a list\nmakes it an axis, a scalar fixes it), or a path into the file: base.F, grid.F, presets.P.base.F,\npresets.P.grid.F, presets.P.jobs. VALUE is TOML; a bare word is a string (encoding=nope)."
     )]
     Sweep {
         /// Sweep name (a file sweeps/<NAME>.toml) or a path to a sweep .toml file.
@@ -145,6 +145,31 @@ pub enum Cmd {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Write a sweep's results as one self-contained HTML page (claim and verdict, figures,
+    /// summary, fits, runs, failed runs, provenance); draws the figures first if there are none.
+    #[command(
+        after_help = "Examples:\n  lab report block-width\n  lab report block-width --results /tmp/bw --out /tmp/bw.html\n\nThe page loads nothing from the network (figures are inlined SVG); open it in any browser."
+    )]
+    Report {
+        /// Sweep name (decides the figures and the claim).
+        sweep: String,
+        /// Folder with the sweep's tables [default: results/<SWEEP>].
+        #[arg(long)]
+        results: Option<PathBuf>,
+        /// The HTML file [default: <RESULTS>/report.html].
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Two results folders side by side: the law's fits and each task × encoding's headline metrics.
+    #[command(
+        after_help = "Examples:\n  lab compare results/block-width results/block-width-long\n  lab compare /tmp/before /tmp/after"
+    )]
+    Compare {
+        /// Results folder A.
+        a: PathBuf,
+        /// Results folder B.
+        b: PathBuf,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -215,10 +240,18 @@ pub enum Cmd {
     },
 }
 
-/// `lab sweep` options for failed runs, shards and clusters (training sweeps only: an MI sweep
-/// refuses them).
+/// `lab sweep` options for overrides, dry runs, failed runs, shards and clusters (training
+/// sweeps only: an MI sweep refuses them).
 #[derive(clap::Args)]
 pub struct ClusterArgs {
+    /// Override a config field or a key of the sweep file, KEY=VALUE (repeatable; see below).
+    /// The runs get the ids of their resolved configs.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Print the resolved grid, the runs it would train, how many are finished and an
+    /// estimated time; train nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Rerun the runs recorded as failed (divergence, crashed process); others are kept.
     #[arg(long)]
     pub retry_failed: bool,
@@ -419,6 +452,8 @@ impl ClusterArgs {
     pub fn training_only_options(&self, jobs_given: bool, backend: Backend) -> Vec<&'static str> {
         [
             (jobs_given, "--jobs"),
+            (!self.set.is_empty(), "--set"),
+            (self.dry_run, "--dry-run"),
             (backend != Backend::Cpu, "--backend"),
             (self.retry_failed, "--retry-failed"),
             (self.shard.is_some(), "--shard"),
@@ -431,7 +466,6 @@ impl ClusterArgs {
 }
 
 impl AttentionArg {
-    /// The model's attention implementation.
     /// The model's attention implementation.
     pub fn kernel(self) -> lab::model::AttentionKernel {
         match self {

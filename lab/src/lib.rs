@@ -7,13 +7,14 @@
 //! checkpoints ([`checkpoint`]) that [`eval`] evaluates at other lengths with any RoPE scaling
 //! ([`model::scaling`]); [`generate`] prints any task's examples; [`kernels`] holds the fused
 //! attention kernels and [`fast`] the whole-step CPU training path built on them; [`plot`] draws
-//! each sweep's figures; [`mi`] measures the data's mutual-information profiles (`lab mi`);
+//! each sweep's figures and [`report`] a sweep's one-page HTML report, [`compare`] two results folders; [`mi`] measures the data's mutual-information profiles (`lab mi`);
 //! [`section`] nests a task's and an encoding's flat parameters into their config sections.
 
 #![warn(missing_docs)]
 
 pub mod analysis;
 pub mod checkpoint;
+pub mod compare;
 pub mod config;
 pub mod decode;
 pub mod eval;
@@ -25,6 +26,7 @@ pub mod mi;
 pub mod model;
 pub mod plot;
 pub mod probe;
+pub mod report;
 pub mod results;
 pub mod section;
 pub mod store;

@@ -67,7 +67,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 println!("{text}");
                 return Ok(ok(success));
             }
-            let spec = sweep::find_sweep(&name, &dir)?;
+            let mut spec = sweep::find_sweep(&name, &dir)?;
+            spec.set(&cluster.set)?;
             let preset = preset.unwrap_or_else(|| spec.default_preset.clone());
             let jobs = jobs.map(usize::from).or_else(|| spec.preset_jobs(&preset));
             let opts = SweepOptions {
@@ -81,6 +82,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 shard: cluster.shard,
                 retry_failed: cluster.retry_failed,
             };
+            if cluster.dry_run {
+                println!("{}", cmds::dry_run_text(&spec, &opts)?);
+                return Ok(ExitCode::SUCCESS);
+            }
             if let Some(file) = &cluster.emit_slurm {
                 let slurm = cluster.slurm_options(opts.jobs, opts.backend);
                 eprintln!("{}", cmds::emit_slurm(&spec, &opts, file, &slurm)?);
@@ -103,6 +108,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
             for f in lab::plot::plot_sweep(&name, &results, &out)? {
                 println!("{}", f.display());
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Report {
+            sweep: name,
+            results,
+            out,
+        } => {
+            let results = results.unwrap_or_else(|| PathBuf::from("results").join(&name));
+            let out = out.unwrap_or_else(|| results.join("report.html"));
+            let w = lab::report::write_report(&name, &results, &out, &sweep::sweeps_dir())?;
+            println!("{}", w.text());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Compare { a, b } => {
+            println!("{}", lab::compare::compare_text(&a, &b)?);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench {

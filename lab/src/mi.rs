@@ -495,6 +495,8 @@ struct MiSweepFile {
     kind: String,
     #[serde(default)]
     description: String,
+    #[serde(default)]
+    claim: String,
     default_preset: Option<String>,
     #[serde(default)]
     base: Settings,
@@ -511,6 +513,8 @@ pub struct MiSweep {
     pub name: String,
     /// Description.
     pub description: String,
+    /// The claim the sweep tests (`claim = "…"`; `lab report`).
+    pub claim: String,
     /// Preset used when none is given.
     pub default_preset: String,
     file: MiSweepFile,
@@ -579,6 +583,7 @@ impl MiSweep {
                 .map(|s| s.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             description: file.description.clone(),
+            claim: file.claim.clone(),
             default_preset,
             file,
             path: path.to_path_buf(),

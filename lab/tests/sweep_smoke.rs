@@ -108,8 +108,125 @@ fn smoke_sweep_end_to_end_and_resume() {
         String::from_utf8_lossy(&py.stderr)
     );
     check_plot("block-width", &out);
+    check_provenance_dry_run_report_compare(&out, &first);
     check_eval_round_trip(&out);
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// What the two sweeps above left for provenance (two invocations, the summary), and the
+/// commands that read a finished folder: `--dry-run` (with and without an override), `lab
+/// report` (a self-contained page with every figure and run) and `lab compare` (a folder against
+/// itself: every Δβ is zero).
+fn check_provenance_dry_run_report_compare(out: &Path, first_stdout: &str) {
+    use lab::sweep::provenance;
+    let inv = provenance::read(out);
+    assert_eq!(inv.len(), 2, "one record per invocation");
+    assert_eq!((inv[0].ran, inv[0].skipped), (20, 0));
+    assert_eq!((inv[1].ran, inv[1].skipped), (0, 20));
+    assert!(
+        inv[0].command.contains("--preset smoke"),
+        "{}",
+        inv[0].command
+    );
+    assert!(inv[1].ended_unix_s >= inv[1].started_unix_s);
+    let summary = std::fs::read_to_string(out.join(provenance::SUMMARY_FILE)).unwrap();
+    assert!(
+        first_stdout.contains(summary.trim()),
+        "summary.txt is what was printed"
+    );
+
+    let run = |args: &[&str]| {
+        let o = lab().args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    let dir = out.to_str().unwrap();
+    let dry = run(&[
+        "sweep",
+        "block-width",
+        "--preset",
+        "smoke",
+        "--out",
+        dir,
+        "--dry-run",
+    ]);
+    assert!(dry.contains("20 runs: 20 done, 0 failed"), "{dry}");
+    assert!(dry.contains("nothing to train"), "{dry}");
+    let dry = run(&[
+        "sweep",
+        "block-width",
+        "--preset",
+        "smoke",
+        "--out",
+        dir,
+        "--dry-run",
+        "--set",
+        "steps=80",
+        "--set",
+        "block_len=[8]",
+    ]);
+    assert!(
+        dry.contains("--set steps=80") && dry.contains("block_len = [8]"),
+        "{dry}"
+    );
+    assert!(dry.contains("10 runs: 0 done, 0 failed"), "{dry}");
+    // Twice the steps of the finished runs at 8 tokens per block instead of 4 and 16: the
+    // estimate is in minutes and comes from the 20 finished runs.
+    assert!(
+        dry.contains("estimated ") && dry.contains("over 20 finished runs"),
+        "{dry}"
+    );
+    assert!(
+        !out.join("runs").read_dir().unwrap().any(|e| {
+            let id = e.unwrap().file_name();
+            !Path::new(out)
+                .join("runs")
+                .join(&id)
+                .join("runs.parquet")
+                .is_file()
+        }),
+        "a dry run trains nothing"
+    );
+
+    let report = out.join("report.html");
+    let printed = run(&["report", "block-width", "--results", dir]);
+    assert!(printed.contains("3 figure(s) inlined"), "{printed}");
+    let html = std::fs::read_to_string(&report).unwrap();
+    for stem in ["spectrum-heatmap", "theta-eff-vs-width", "ablation"] {
+        let at = html
+            .find(&format!("<figure id=\"fig-{stem}\""))
+            .expect(stem);
+        assert!(html[at..].starts_with(&format!(
+            "<figure id=\"fig-{stem}\" class=\"lab-figure\"><svg"
+        )));
+    }
+    // Self-contained: no external script, style, image or link.
+    for bad in ["src=\"http", "href=\"http", "<link", "@import", "url(http"] {
+        assert!(!html.contains(bad), "the page loads `{bad}`");
+    }
+    let runs_table = &html[html.find("<table class=\"runs sortable\">").unwrap()..];
+    let runs_table = &runs_table[..runs_table.find("</table>").unwrap()];
+    assert_eq!(runs_table.matches("<tr>").count(), 21, "header + 20 runs");
+    for group in ["rope/copy", "rope/recall", "pope/copy", "pope/recall"] {
+        assert!(
+            html.contains(&format!("<li>{group} (all pooling): β = ")),
+            "{group}"
+        );
+    }
+    assert!(html.contains("Provenance") && html.contains("2 invocation(s)"));
+
+    let cmp = run(&["compare", dir, dir]);
+    let deltas: Vec<&str> = cmp
+        .lines()
+        .filter(|l| l.starts_with("rope ") || l.starts_with("pope "))
+        .filter(|l| l.contains(" [")) // fit rows
+        .collect();
+    assert_eq!(deltas.len(), 8, "{cmp}"); // 4 groups × 2 width sources
+    assert!(deltas.iter().all(|l| l.contains("+0.000")), "{cmp}");
 }
 
 /// `lab eval` on a finished run at its training length reproduces the run's final evaluation

@@ -47,6 +47,28 @@ impl Table {
         self.batches.iter().map(|b| b.num_rows()).sum()
     }
 
+    /// The column names, in schema order (none for an empty table).
+    pub fn column_names(&self) -> Vec<String> {
+        self.batches
+            .first()
+            .map(|b| {
+                b.schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The Arrow type of column `col` (`None` when absent or the table is empty).
+    pub fn data_type(&self, col: &str) -> Option<arrow_schema::DataType> {
+        let b = self.batches.first()?;
+        let schema = b.schema();
+        let (_, field) = schema.column_with_name(col)?;
+        Some(field.data_type().clone())
+    }
+
     /// Whether the table has column `col` (an empty table has none).
     pub fn has(&self, col: &str) -> bool {
         self.batches

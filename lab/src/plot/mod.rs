@@ -129,6 +129,50 @@ pub const SWEEP_FIGURES: &[(&str, &[&str])] = &[
     ("real-sequences", &["real-sequences-nll"]),
 ];
 
+/// The caption of figure `stem` of sweep `sweep` (what it shows and how to read it; the table in
+/// the module docs), empty for an unknown pair.
+pub fn figure_caption(sweep: &str, stem: &str) -> &'static str {
+    match (sweep, stem) {
+        ("block-width", "spectrum-heatmap") => {
+            "Share of the attention logits' energy on each rotary frequency (rows, radians per token) at each block width B (columns), per variant and layer, at the final evaluation, mean over seeds; the marks show π/B, where the law puts the energy."
+        }
+        ("block-width", "theta-eff-vs-width") => {
+            "Effective frequency θ_eff against the dependency width W (log-log), per pooling (the positional layer of docs/analysis-rules.md R2, each layer), with the fitted c·W^(−β), its bootstrap band over seeds, and the law's π/W."
+        }
+        ("block-width", "ablation") => {
+            "The causal check: held-out accuracy unablated, with the two rotary pairs around π/B set to θ = 0 (law band), and with an equally wide band far from it (far band), per B; the law predicts the law band costs far more."
+        }
+        ("base-vs-width", "theta-eff-vs-width") => {
+            "θ_eff of the positional layer against W per variant × rope_base × training length, with fitted c·W^(−β) and π/W: whether the trained frequencies follow the data's width or the grid the base sets."
+        }
+        ("indirect-indexing", "accuracy-by-encoding") => {
+            "Final-token accuracy of indirect indexing per encoding (bars: mean; dots: seeds) against chance (1/52); the PoPE paper reports RoPE 11.16 %, PoPE 94.82 %."
+        }
+        ("indirect-indexing", "accuracy-curves") => {
+            "Held-out accuracy against training step per encoding (seeds as lines): whether and when each learns to match content and then shift by position."
+        }
+        ("pi-self-similarity", "pi-accuracy") => {
+            "Accuracy at s × the training length per RoPE scaling (none, PI, NTK, YaRN), on the dilated (self-similar) task and on the fixed task: the paper's claim is that PI recovers the self-similar task and fails where the dependency width does not scale."
+        }
+        ("length-extrapolation", "nll-vs-length") => {
+            "Value NLL (nats) and needle accuracy against the evaluation length per encoding and RoPE scaling, trained at 1×: TAPA's claim is stable loss far past the training length."
+        }
+        ("igsm-ops", "igsm-ops") => {
+            "iGSM: answer accuracy (greedy decoding) and θ_eff against the number of operations per problem."
+        }
+        ("real-sequences", "real-sequences-nll") => {
+            "Held-out NLL against evaluation length per corpus, per encoding and RoPE scaling, trained at 1×."
+        }
+        ("mi-profiles", "mi-profiles") => {
+            "Mutual information I(r) against lag r per corpus and granularity, raw and with lags rescaled to characters: how far back the data's dependencies reach."
+        }
+        ("mi-profiles", "mi-tasks") => {
+            "Mutual information against lag for the synthetic tasks, whose dependency width is known by construction."
+        }
+        _ => "",
+    }
+}
+
 /// Refuse a results folder whose runs all belong to *other* sweeps with figures (e.g.
 /// `lab plot igsm-ops --results results/block-width`). Runs of a sweep file without figures of
 /// its own (a new experiment drawn with an existing sweep's figures) and folders without a

@@ -96,11 +96,13 @@ pub fn shell_quote(s: &str) -> String {
 /// The Slurm batch script of a sweep: a job array of `opts.shards` tasks, task `i` running
 /// `lab sweep SPEC --preset P --shard i/n --out OUT/shard-i`. `exe`, `spec_path` and `out_dir`
 /// should be absolute (the job may start elsewhere); `$LAB` overrides the executable at submit
-/// time. After the array: `lab merge OUT/shard-* --out OUT`.
+/// time. `sets` are the command line's `--set KEY=VALUE` overrides, passed on to every task.
+/// After the array: `lab merge OUT/shard-* --out OUT`.
 pub fn slurm_script(
     sweep_name: &str,
     spec_path: &Path,
     preset: &str,
+    sets: &[String],
     out_dir: &Path,
     exe: &Path,
     opts: &SlurmOptions,
@@ -145,9 +147,12 @@ pub fn slurm_script(
     s.push_str(&format!("N_SHARDS={n}\n"));
     s.push_str("SHARD=\"${SLURM_ARRAY_TASK_ID:?run this script with sbatch}\"\n");
     s.push_str(&format!(
-        "exec \"$LAB\" sweep {} --preset {} --shard \"$SHARD/$N_SHARDS\" --jobs {} --backend {} \\\n    --out {}\"/shard-$SHARD\" --no-progress\n",
+        "exec \"$LAB\" sweep {} --preset {}{} --shard \"$SHARD/$N_SHARDS\" --jobs {} --backend {} \\\n    --out {}\"/shard-$SHARD\" --no-progress\n",
         q(&spec_path.display().to_string()),
         q(preset),
+        sets.iter()
+            .map(|x| format!(" --set {}", q(x)))
+            .collect::<String>(),
         opts.jobs.max(1),
         q(&opts.backend),
         q(&out),
@@ -215,6 +220,7 @@ mod tests {
             "block-width",
             Path::new("/repo/sweeps/block-width.toml"),
             "quick",
+            &["steps=1000".to_string(), "block_len=[4, 16]".to_string()],
             Path::new("/scratch/bw"),
             Path::new("/repo/target/release/lab"),
             &opts,
@@ -228,7 +234,7 @@ mod tests {
             "#SBATCH --partition=cpu",
             "#SBATCH --output=/scratch/bw/slurm-%A_%a.log",
             "LAB=\"${LAB:-/repo/target/release/lab}\"",
-            "exec \"$LAB\" sweep /repo/sweeps/block-width.toml --preset quick --shard \"$SHARD/$N_SHARDS\" --jobs 1 --backend cpu \\",
+            "exec \"$LAB\" sweep /repo/sweeps/block-width.toml --preset quick --set steps=1000 --set 'block_len=[4, 16]' --shard \"$SHARD/$N_SHARDS\" --jobs 1 --backend cpu \\",
         ] {
             assert!(s.lines().any(|l| l == line), "no line `{line}` in:\n{s}");
         }

@@ -76,6 +76,7 @@ pub fn emit_slurm(
         &spec.name,
         &abs(&spec.path)?,
         &opts.preset,
+        spec.sets(),
         &abs(&opts.out_dir)?,
         &opts.exe,
         slurm,
@@ -95,6 +96,142 @@ pub fn emit_slurm(
         opts.out_dir.display(),
         opts.out_dir.display()
     ))
+}
+
+/// Seconds per training token of one finished run, and the share of its step cap it trained:
+/// `(wall_time_s / (steps_done · batch_size · seq_len), steps_done / steps)`, read from its
+/// `runs/<id>/runs.parquet` (`None` for a failed run or one without these columns).
+fn step_cost(out_dir: &Path, id: &str) -> Option<(f64, f64)> {
+    let path = super::runner::run_dir(out_dir, id).join("runs.parquet");
+    let (_, batches) = crate::results::read_parquet(&path).ok()?;
+    let b = batches.first()?;
+    use crate::results::column::{floats, ints, strings};
+    if strings(b, "status").first()?.as_deref() != Some("done") {
+        return None;
+    }
+    let wall = (*floats(b, "wall_time_s").first()?)?;
+    let done = (*ints(b, "steps_done").first()?)? as f64;
+    let cap = (*ints(b, "steps").first()?)? as f64;
+    let tokens = (*ints(b, "batch_size").first()?)? as f64 * (*ints(b, "seq_len").first()?)? as f64;
+    (done > 0.0 && cap > 0.0 && tokens > 0.0).then(|| (wall / (done * tokens), done / cap))
+}
+
+/// `lab sweep NAME --dry-run`: what `lab sweep` would do with these options, training nothing:
+/// the overrides, the resolved grid, every run with its state (`done`, `failed`, `to train`,
+/// `running` elsewhere), the counts, and an estimated wall time for the runs to train.
+///
+/// The estimate: each run to train costs `steps · f · batch_size · seq_len · t` seconds, where
+/// `t` is the mean wall time per training token and `f` the mean share of the step cap trained
+/// (spectrum stops end early) over the finished runs of the plan (else of every finished run
+/// in the folder), divided by the runs at once (`jobs`). Without finished runs there is no
+/// estimate, and the text says so.
+///
+/// # Errors
+/// A grid that does not expand.
+pub fn dry_run_text(spec: &SweepSpec, opts: &SweepOptions) -> Result<String, SweepError> {
+    use super::status::{RunState, run_state};
+    let mut plan = spec.expand(&opts.preset)?;
+    if let Some(shard) = opts.shard {
+        plan = shard.select(plan);
+    }
+    let out = &opts.out_dir;
+    let mut s = format!(
+        "dry run: sweep {} (preset {}{}) into {}\n",
+        spec.name,
+        opts.preset,
+        opts.shard
+            .map(|x| format!(", shard {x}"))
+            .unwrap_or_default(),
+        out.display()
+    );
+    for set in spec.sets() {
+        s.push_str(&format!("  --set {set}\n"));
+    }
+    s.push_str(&format!("  grid: {}\n", super::spec::describe_plan(&plan)));
+    let (mut done, mut failed, mut running, mut todo) = (0, 0, 0, Vec::new());
+    let mut lines = String::new();
+    for r in &plan {
+        let id = r.config.run_id();
+        let state = match run_state(out, &id) {
+            RunState::Done => {
+                done += 1;
+                "done    "
+            }
+            RunState::Failed { .. } if !opts.retry_failed => {
+                failed += 1;
+                "failed  "
+            }
+            RunState::Running(_) => {
+                running += 1;
+                "running "
+            }
+            RunState::Failed { .. } | RunState::Missing => {
+                todo.push(r);
+                "to train"
+            }
+        };
+        let label = r
+            .axes
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        lines.push_str(&format!(
+            "  {state}  {id}  {label}  (steps ≤ {})\n",
+            r.config.steps
+        ));
+    }
+    s.push_str(&lines);
+    s.push_str(&format!(
+        "{} runs: {done} done, {failed} failed (kept; --retry-failed reruns them), {running} running elsewhere, {} to train with {} job(s)\n",
+        plan.len(),
+        todo.len(),
+        opts.jobs.max(1)
+    ));
+    let mut costs: Vec<(f64, f64)> = plan
+        .iter()
+        .filter_map(|r| step_cost(out, &r.config.run_id()))
+        .collect();
+    let mut source = "finished runs of this plan";
+    if costs.is_empty() {
+        source = "finished runs in the folder (other settings)";
+        costs = std::fs::read_dir(out.join("runs"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| step_cost(out, &e.file_name().to_string_lossy()))
+            .collect();
+    }
+    if todo.is_empty() {
+        s.push_str("nothing to train");
+    } else if costs.is_empty() {
+        s.push_str("no estimate: no finished run in the folder to time steps from");
+    } else {
+        let n = costs.len() as f64;
+        let per_token = costs.iter().map(|c| c.0).sum::<f64>() / n;
+        let frac = costs.iter().map(|c| c.1).sum::<f64>() / n;
+        let secs: f64 = todo
+            .iter()
+            .map(|r| {
+                r.config.steps as f64
+                    * frac
+                    * r.config.batch_size as f64
+                    * r.config.seq_len as f64
+                    * per_token
+            })
+            .sum::<f64>()
+            / opts.jobs.max(1) as f64;
+        s.push_str(&format!(
+            "estimated {:.1} min for the {} runs to train ({:.1} µs per training token and {:.0} % of the step cap, means over {} {source}; at the full cap {:.1} min)",
+            secs / 60.0,
+            todo.len(),
+            per_token * 1e6,
+            frac * 100.0,
+            costs.len(),
+            secs / frac / 60.0
+        ));
+    }
+    Ok(s)
 }
 
 impl SweepReport {

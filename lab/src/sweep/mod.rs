@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod commands;
 pub mod law;
+pub mod provenance;
 pub mod runner;
 pub mod spec;
 pub mod status;

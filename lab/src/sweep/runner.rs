@@ -457,6 +457,7 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
     // A backend missing from this build fails here, once, not in every child run.
     opts.backend.device()?;
     let start = Instant::now();
+    let started = std::time::SystemTime::now();
     let mut plan = spec.expand(&opts.preset)?;
     if let Some(shard) = opts.shard {
         plan = shard.select(plan);
@@ -552,6 +553,10 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
         threads,
         out_dir.display()
     ));
+    for set in spec.sets() {
+        say(format!("  --set {set}"));
+    }
+    say(format!("  grid: {}", super::spec::describe_plan(&plan)));
     if jobs > cores {
         say(format!(
             "note: --jobs {jobs} > {cores} cores: runs share cores (1 thread each)"
@@ -684,6 +689,33 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
     let ids: Vec<String> = plan.iter().map(|r| r.config.run_id()).collect();
     let (fits, summary, failed) = collect(spec, &opts.preset, out_dir, &ids)?;
     let finished = ids.iter().filter(|id| is_finished(out_dir, id)).count();
+    use super::provenance::{self, Invocation};
+    let inv = Invocation {
+        sweep: spec.name.clone(),
+        preset: opts.preset.clone(),
+        sets: spec.sets().to_vec(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        lab_version: env!("CARGO_PKG_VERSION").to_string(),
+        git_commit: provenance::git_commit(&spec.path),
+        host: super::status::host_name(),
+        cpu_model: provenance::cpu_model(),
+        cores,
+        jobs,
+        threads_per_run: threads,
+        backend: opts.backend.name().to_string(),
+        started_unix_s: provenance::unix_seconds(started),
+        ended_unix_s: provenance::unix_seconds(std::time::SystemTime::now()),
+        wall_time_s: start.elapsed().as_secs_f64(),
+        planned: plan.len(),
+        ran,
+        skipped,
+        failed,
+    };
+    provenance::record(out_dir, inv, &summary).map_err(io(format!(
+        "cannot write {} in {}",
+        provenance::PROVENANCE_FILE,
+        out_dir.display()
+    )))?;
     Ok(SweepReport {
         planned: plan.len(),
         skipped,

@@ -2,6 +2,7 @@
 //!
 //! ```toml
 //! description = "what the sweep measures"
+//! claim = "the claim it tests, with the paper's number"   # shown by `lab report`
 //! default_preset = "quick"
 //!
 //! [base]              # every RunConfig field (see `lab::config::RunConfig`)
@@ -185,6 +186,14 @@ pub enum SpecError {
         /// The field error.
         message: String,
     },
+    /// A `--set` override that cannot apply.
+    #[error("--set {set}: {message}")]
+    BadOverride {
+        /// The override as given (`KEY=VALUE`).
+        set: String,
+        /// What is wrong, and what is allowed.
+        message: String,
+    },
     /// The grid expands to no run.
     #[error("{path}: preset `{preset}` has an empty grid (an axis with no values)")]
     EmptyGrid {
@@ -200,6 +209,8 @@ pub enum SpecError {
 struct SweepFile {
     #[serde(default)]
     description: String,
+    #[serde(default)]
+    claim: String,
     #[serde(default)]
     default_preset: Option<String>,
     base: toml::Table,
@@ -240,9 +251,16 @@ pub struct SweepSpec {
     pub path: PathBuf,
     /// One-line description.
     pub description: String,
+    /// The claim the sweep tests, with the paper's number (`claim = "…"`; `lab report`).
+    pub claim: String,
     /// Preset used when none is given.
     pub default_preset: String,
     file: SweepFile,
+    /// Command-line overrides of config fields (`--set field=value`), applied last
+    /// ([`SweepSpec::set`]).
+    overrides: Vec<(String, toml::Value)>,
+    /// Every `--set` as given, in order (for provenance and the Slurm script).
+    sets: Vec<String>,
 }
 
 /// One expanded run: its config and the grid values that made it.
@@ -358,9 +376,144 @@ impl SweepSpec {
             name,
             path: path.to_path_buf(),
             description: file.description.clone(),
+            claim: file.claim.clone(),
             default_preset,
             file,
+            overrides: Vec::new(),
+            sets: Vec::new(),
         })
+    }
+
+    /// Apply command-line overrides (`lab sweep NAME --set KEY=VALUE`, repeatable), in order.
+    ///
+    /// `KEY` is either
+    /// - a config field (`steps`, `block_len`, `encoding`, an encoding's or task's parameter):
+    ///   it applies to every run of the chosen preset, after the file's base, grid, preset and
+    ///   arms: a list value (`block_len=[4,16]`) makes the field an axis with those values, a
+    ///   scalar (`steps=1000`) fixes it; either way the file's axis or value of that field, in
+    ///   the grid and in every arm, is replaced (arms that become identical are one run);
+    /// - or a dotted path into the file: `base.F`, `grid.F` (a list), `presets.P.base.F`,
+    ///   `presets.P.grid.F` (a list), `presets.P.jobs`: as if the file said so.
+    ///
+    /// `VALUE` is TOML (`1e-3`, `[4, 16]`, `"rope"`, `true`); a bare word that is not TOML is
+    /// a string (`encoding=rope`). Run ids follow the resolved configs, so an overridden run is a
+    /// new run and never one trained with other settings.
+    ///
+    /// # Errors
+    /// One line naming the override: no `=`, an unknown field (with a suggestion), an unknown
+    /// preset or section, a grid value that is not a list, `jobs` out of 1..=256. Invalid values
+    /// are reported by [`SweepSpec::expand`] as for the file.
+    pub fn set(&mut self, sets: &[String]) -> Result<(), SpecError> {
+        let fields = crate::config::fields();
+        for set in sets {
+            let bad = |message: String| SpecError::BadOverride {
+                set: set.clone(),
+                message,
+            };
+            let Some((key, raw)) = set.split_once('=') else {
+                return Err(bad(
+                    "expected KEY=VALUE, e.g. --set steps=1000 or --set block_len=[4,16]".into(),
+                ));
+            };
+            let (key, raw) = (key.trim(), raw.trim());
+            if key.is_empty() || raw.is_empty() {
+                return Err(bad(
+                    "expected KEY=VALUE with both sides non-empty, e.g. --set steps=1000".into(),
+                ));
+            }
+            let value = parse_override_value(raw);
+            let field = |name: &str| -> Result<String, SpecError> {
+                if fields.contains(&name) {
+                    Ok(name.to_string())
+                } else {
+                    Err(bad(format!(
+                        "unknown config field `{name}`{}",
+                        did_you_mean(name, fields.iter().copied())
+                    )))
+                }
+            };
+            let list = |v: &toml::Value| -> Result<Vec<toml::Value>, SpecError> {
+                match v {
+                    toml::Value::Array(a) if !a.is_empty() => Ok(a.clone()),
+                    _ => Err(bad(
+                        "a grid axis takes a non-empty list, e.g. [4, 16]".into()
+                    )),
+                }
+            };
+            let parts: Vec<&str> = key.split('.').collect();
+            match parts.as_slice() {
+                [name] => {
+                    let name = field(name)?;
+                    if let toml::Value::Array(a) = &value
+                        && a.is_empty()
+                    {
+                        return Err(bad("an axis needs at least one value".into()));
+                    }
+                    self.overrides.retain(|(k, _)| *k != name);
+                    self.overrides.push((name, value));
+                }
+                ["base", name] => {
+                    let name = field(name)?;
+                    self.file.base.insert(name, value);
+                }
+                ["grid", name] => {
+                    let name = field(name)?;
+                    let values = list(&value)?;
+                    self.file.grid.insert(name, values);
+                }
+                ["presets", preset, rest @ ..] => {
+                    let available = self
+                        .file
+                        .presets
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let Some(p) = self.file.presets.get_mut(*preset) else {
+                        return Err(bad(format!(
+                            "unknown preset `{preset}`; available presets: {available}"
+                        )));
+                    };
+                    match rest {
+                        ["base", name] => {
+                            let name = field(name)?;
+                            p.base.insert(name, value);
+                        }
+                        ["grid", name] => {
+                            let name = field(name)?;
+                            let values = list(&value)?;
+                            p.grid.insert(name, values);
+                        }
+                        ["jobs"] => match value.as_integer() {
+                            Some(j) if (1..=256).contains(&j) => p.jobs = Some(j as usize),
+                            _ => return Err(bad("jobs must be an integer in 1..=256".into())),
+                        },
+                        _ => {
+                            return Err(bad(format!(
+                                "a preset's settable keys are presets.{preset}.base.FIELD, presets.{preset}.grid.FIELD and presets.{preset}.jobs"
+                            )));
+                        }
+                    }
+                }
+                _ => {
+                    return Err(bad(
+                        "KEY is a config field (steps=1000, block_len=[4,16]) or base.FIELD, grid.FIELD, presets.NAME.base.FIELD, presets.NAME.grid.FIELD, presets.NAME.jobs".into(),
+                    ));
+                }
+            }
+            self.sets.push(set.clone());
+        }
+        Ok(())
+    }
+
+    /// Every `--set KEY=VALUE` applied, as given, in order.
+    pub fn sets(&self) -> &[String] {
+        &self.sets
+    }
+
+    /// The command-line overrides of config fields in force (`--set field=value`), in order.
+    pub fn overrides(&self) -> &[(String, toml::Value)] {
+        &self.overrides
     }
 
     /// Preset names with their descriptions.
@@ -415,6 +568,23 @@ impl SweepSpec {
                 arms = a.clone();
             }
         }
+        // Command-line overrides of a field replace the file's value and axis of that field,
+        // in the base, the grid and every arm.
+        for (k, v) in &self.overrides {
+            base.remove(k);
+            grid.remove(k);
+            for arm in &mut arms {
+                arm.remove(k);
+            }
+            match v {
+                toml::Value::Array(values) => {
+                    grid.insert(k.clone(), values.clone());
+                }
+                scalar => {
+                    base.insert(k.clone(), scalar.clone());
+                }
+            }
+        }
         if arms.is_empty() {
             arms.push(BTreeMap::new());
         }
@@ -440,7 +610,19 @@ impl SweepSpec {
                     labels.push((k.clone(), value_label(v)));
                 }
                 let context = format!(
-                    "preset {preset}, {}",
+                    "preset {preset}{}, {}",
+                    if self.overrides.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " with --set {}",
+                            self.overrides
+                                .iter()
+                                .map(|(k, v)| format!("{k}={v}"))
+                                .collect::<Vec<_>>()
+                                .join(" --set ")
+                        )
+                    },
                     if labels.is_empty() {
                         "base config".to_string()
                     } else {
@@ -476,6 +658,53 @@ impl SweepSpec {
         let mut seen = std::collections::HashSet::new();
         runs.retain(|r| seen.insert(r.config.run_id()));
         Ok(runs)
+    }
+}
+
+/// A `--set` value: TOML (`1e-3`, `[4, 16]`, `"rope"`, `true`), else the text as a string
+/// (`rope`, `p-rope`).
+fn parse_override_value(raw: &str) -> toml::Value {
+    toml::from_str::<toml::Table>(&format!("v = {raw}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"))
+        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+}
+
+/// The grid a plan resolved to: each axis with its values in order of first appearance, and
+/// the number of runs, e.g. `block_len = [4, 16] × seed = [0, 1, 2] → 6 runs`.
+pub fn describe_plan(plan: &[PlannedRun]) -> String {
+    let mut axes: Vec<(String, Vec<String>)> = Vec::new();
+    for run in plan {
+        for (k, v) in &run.axes {
+            match axes.iter_mut().find(|(a, _)| a == k) {
+                Some((_, values)) => {
+                    if !values.contains(v) {
+                        values.push(v.clone());
+                    }
+                }
+                None => axes.push((k.clone(), vec![v.clone()])),
+            }
+        }
+    }
+    let n = plan.len();
+    let runs = if n == 1 {
+        "1 run".to_string()
+    } else {
+        format!("{n} runs")
+    };
+    if axes.is_empty() {
+        return format!("no axes (the base config) → {runs}");
+    }
+    let product: usize = axes.iter().map(|(_, v)| v.len()).product();
+    let text = axes
+        .iter()
+        .map(|(k, v)| format!("{k} = [{}]", v.join(", ")))
+        .collect::<Vec<_>>()
+        .join(" × ");
+    if product == n {
+        format!("{text} → {runs}")
+    } else {
+        format!("{text} → {runs} (a union of arms, not the whole product)")
     }
 }
 
@@ -682,7 +911,7 @@ grid = { block_len = [4] }
         let err = parse("[gird]\nblock_len = [4]\n").unwrap_err().to_string();
         assert_eq!(
             err,
-            "sweeps/t.toml:30:2: unknown field `gird`, expected one of `description`, `default_preset`, `base`, `grid`, `arms`, `presets`, `evals`; did you mean `grid`?"
+            "sweeps/t.toml:30:2: unknown field `gird`, expected one of `description`, `claim`, `default_preset`, `base`, `grid`, `arms`, `presets`, `evals`; did you mean `grid`?"
         );
         let err = parse("[grid]\nencoding = [\"ropee\"]\n[presets.q]\n")
             .unwrap()
@@ -697,5 +926,153 @@ grid = { block_len = [4] }
         );
         assert!(err.ends_with("; did you mean `rope`?"), "{err}");
         assert_eq!(hint_unknown("invalid type: string"), "invalid type: string");
+    }
+
+    fn sets(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn axis(runs: &[PlannedRun], f: impl Fn(&RunConfig) -> String) -> Vec<String> {
+        runs.iter().map(|r| f(&r.config)).collect()
+    }
+
+    const GRID: &str = "[grid]\nblock_len = [4, 8]\n[[arms]]\nencoding = [\"rope\"]\nseed = [0, 1]\n[[arms]]\nencoding = [\"nope\"]\nseed = [0]\n[presets.quick]\nbase = { steps = 6 }\n";
+
+    #[test]
+    fn a_scalar_set_fixes_a_field_everywhere_and_a_list_makes_it_an_axis() {
+        let plain = parse(GRID).unwrap().expand("quick").unwrap();
+        assert_eq!(plain.len(), 6); // 2 widths × (2 rope seeds + 1 nope seed)
+        assert!(plain.iter().all(|r| r.config.steps == 6));
+
+        // A scalar beats the preset's base and removes the grid axis.
+        let mut spec = parse(GRID).unwrap();
+        spec.set(&sets(&["steps=9", "block_len=16"])).unwrap();
+        let runs = spec.expand("quick").unwrap();
+        assert_eq!(runs.len(), 3);
+        assert!(
+            runs.iter()
+                .all(|r| r.config.steps == 9 && r.config.dep_width() == 16)
+        );
+        // An overridden run is a new run: no id is shared with the plain plan.
+        let ids: std::collections::HashSet<String> =
+            plain.iter().map(|r| r.config.run_id()).collect();
+        assert!(runs.iter().all(|r| !ids.contains(&r.config.run_id())));
+
+        // A list replaces the arms' axis: seeds 5, 6 for both encodings.
+        let mut spec = parse(GRID).unwrap();
+        spec.set(&sets(&["seed=[5, 6]"])).unwrap();
+        let runs = spec.expand("quick").unwrap();
+        assert_eq!(runs.len(), 8); // 2 widths × 2 encodings × 2 seeds
+        let mut seeds = axis(&runs, |c| c.seed.to_string());
+        seeds.sort();
+        seeds.dedup();
+        assert_eq!(seeds, ["5", "6"]);
+
+        // Arms that become identical are one run: encoding fixed to nope, seeds as the arms.
+        let mut spec = parse(GRID).unwrap();
+        spec.set(&sets(&["encoding=nope"])).unwrap();
+        let runs = spec.expand("quick").unwrap();
+        assert_eq!(runs.len(), 4); // 2 widths × seeds {0, 1}: the second arm's seed 0 is the first's
+        assert!(
+            runs.iter()
+                .all(|r| r.config.encoding.kind() == crate::model::Encoding::Nope)
+        );
+        // The last of two sets of one field wins.
+        let mut spec = parse(GRID).unwrap();
+        spec.set(&sets(&["steps=7", "steps=8"])).unwrap();
+        assert!(
+            spec.expand("quick")
+                .unwrap()
+                .iter()
+                .all(|r| r.config.steps == 8)
+        );
+        assert_eq!(spec.sets(), ["steps=7", "steps=8"]);
+    }
+
+    #[test]
+    fn dotted_sets_edit_the_file_as_if_it_said_so() {
+        let mut spec = parse(GRID).unwrap();
+        spec.set(&sets(&[
+            "presets.quick.base.lr=0.01",
+            "presets.quick.jobs=3",
+            "grid.block_len=[2]",
+        ]))
+        .unwrap();
+        let runs = spec.expand("quick").unwrap();
+        assert_eq!(runs.len(), 3);
+        assert!(
+            runs.iter()
+                .all(|r| r.config.lr == 0.01 && r.config.dep_width() == 2)
+        );
+        assert_eq!(spec.preset_jobs("quick"), Some(3));
+        // base.F is what the file's base says: a preset's base still wins over it.
+        let mut spec = parse(GRID).unwrap();
+        spec.set(&sets(&["base.steps=11"])).unwrap();
+        assert!(
+            spec.expand("quick")
+                .unwrap()
+                .iter()
+                .all(|r| r.config.steps == 6)
+        );
+    }
+
+    #[test]
+    fn bad_sets_are_one_line_errors_naming_the_override() {
+        let err = |v: &str| {
+            let mut spec = parse(GRID).unwrap();
+            match spec.set(&sets(&[v])) {
+                Err(e) => e.to_string(),
+                Ok(()) => match spec.expand("quick") {
+                    Err(e) => e.to_string(),
+                    Ok(_) => panic!("{v} was accepted"),
+                },
+            }
+        };
+        assert_eq!(
+            err("stepz=3"),
+            "--set stepz=3: unknown config field `stepz`; did you mean `steps`?"
+        );
+        assert_eq!(
+            err("steps"),
+            "--set steps: expected KEY=VALUE, e.g. --set steps=1000 or --set block_len=[4,16]"
+        );
+        assert_eq!(
+            err("grid.block_len=4"),
+            "--set grid.block_len=4: a grid axis takes a non-empty list, e.g. [4, 16]"
+        );
+        assert_eq!(
+            err("presets.slow.base.lr=1"),
+            "--set presets.slow.base.lr=1: unknown preset `slow`; available presets: quick"
+        );
+        assert_eq!(
+            err("presets.quick.jobs=0"),
+            "--set presets.quick.jobs=0: jobs must be an integer in 1..=256"
+        );
+        assert!(err("arms.0.seed=[1]").starts_with("--set arms.0.seed=[1]: KEY is a config field"));
+        assert_eq!(
+            err("seed=[]"),
+            "--set seed=[]: an axis needs at least one value"
+        );
+        // A value out of range is reported by the expansion, with the override named.
+        let e = err("steps=0");
+        assert!(
+            e.contains("with --set steps=0") && e.contains("steps"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_resolved_grid_lists_each_axis_once() {
+        let runs = parse(GRID).unwrap().expand("quick").unwrap();
+        assert_eq!(
+            describe_plan(&runs),
+            "block_len = [4, 8] × encoding = [rope, nope] × seed = [0, 1] → 6 runs (a union of arms, not the whole product)"
+        );
+        let mut spec = parse(GRID).unwrap();
+        spec.set(&sets(&["seed=[3]"])).unwrap();
+        assert_eq!(
+            describe_plan(&spec.expand("quick").unwrap()),
+            "block_len = [4, 8] × seed = [3] × encoding = [rope, nope] → 4 runs"
+        );
     }
 }
