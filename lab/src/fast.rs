@@ -5,8 +5,9 @@
 //!
 //! - Matrix products go straight to the `gemm` crate (the one burn's flex backend calls), with
 //!   transposes expressed as strides.
-//! - Attention is the lab's flash kernel ([`crate::kernels::cpu::flash_forward`] /
-//!   [`flash_backward`]) with each layer's [`KernelEncoding`], so every encoding the kernels
+//! - Attention is the lab's dense CPU kernel ([`crate::kernels::cpu::dense_forward`] /
+//!   [`dense_backward`]: scores as `gemm` products for sequences up to 1024, the flash kernel
+//!   beyond and for TAPA) with each layer's [`KernelEncoding`], so every encoding the kernels
 //!   know (NoPE, RoPE in both layouts and any scaling, PoPE with δ, TAPA in both phases, p-RoPE,
 //!   partial rotary, hybrid NoPE layers) runs here unchanged.
 //! - RMSNorm and GELU are the slice kernels of [`crate::kernels::pointwise`]; GELU's forward
@@ -25,12 +26,11 @@
 //! Layouts: activations are row-major `[tokens, width]` with `tokens = batch · seq` (sequence
 //! `b`'s position `t` is row `b·seq + t`); attention inputs `[batch, heads, seq, head_dim]`.
 
-use gemm::Parallelism;
-
 use burn::module::Param;
 use burn::tensor::{Device, TensorData};
 
-use crate::kernels::cpu::{Shape4, flash_backward, flash_forward};
+use crate::kernels::cpu::{Shape4, dense_backward, dense_forward};
+use crate::kernels::gemm::{matmul, matmul_nt, matmul_nt_acc, matmul_tn_into};
 use crate::kernels::map::KernelEncoding;
 use crate::kernels::pointwise::{gelu_forward_with_grad, rms_norm_backward, rms_norm_forward};
 use crate::model::pope::{DELTA_MAX, DELTA_MIN};
@@ -307,7 +307,7 @@ impl FastModel {
             let q = to_heads(&matmul(&h1, &b.wq, n, d, d), shape);
             let k = to_heads(&matmul(&h1, &b.wk, n, d, d), shape);
             let vv = to_heads(&matmul(&h1, &b.wv, n, d, d), shape);
-            let (o, lse) = flash_forward(&q, &k, &vv, b.delta.as_deref(), shape, &b.encoding);
+            let (o, lse) = dense_forward(&q, &k, &vv, b.delta.as_deref(), shape, &b.encoding);
             let o_rows = from_heads(&o, shape);
             let mut x1 = matmul(&o_rows, &b.wo, n, d, d);
             add_into(&mut x1, &x);
@@ -392,7 +392,7 @@ impl FastModel {
             // x1 = x + attention(rms(x))·wo
             matmul_tn_into(&s.o_rows, &dx1, n, d, d, &mut g.wo);
             let do_rows = matmul_nt(&dx1, &b.wo, n, d, d);
-            let fg = flash_backward(
+            let fg = dense_backward(
                 &s.q,
                 &s.k,
                 &s.v,
@@ -542,144 +542,9 @@ fn from_heads(x: &[f32], s: Shape4) -> Vec<f32> {
     out
 }
 
-/// One `gemm` call: `dst[m, n] (+)= lhs · rhs` with both operands given by their strides.
-#[allow(clippy::too_many_arguments)]
-fn gemm_strided(
-    m: usize,
-    n: usize,
-    k: usize,
-    dst: &mut [f32],
-    accumulate: bool,
-    lhs: &[f32],
-    (lhs_cs, lhs_rs): (isize, isize),
-    rhs: &[f32],
-    (rhs_cs, rhs_rs): (isize, isize),
-) {
-    assert!(dst.len() >= m * n && lhs.len() >= m * k && rhs.len() >= k * n);
-    // SAFETY: the asserts above keep every index the strides reach inside the slices
-    // (row-major `[m, k]`, `[k, n]`, `[m, n]` or their transposes of the same sizes).
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst.as_mut_ptr(),
-            1,
-            n as isize,
-            accumulate,
-            lhs.as_ptr(),
-            lhs_cs,
-            lhs_rs,
-            rhs.as_ptr(),
-            rhs_cs,
-            rhs_rs,
-            if accumulate { 1.0 } else { 0.0 },
-            1.0,
-            false,
-            false,
-            false,
-            parallelism(m, n, k),
-        );
-    }
-}
-
-/// Both threads for a product of at least 2¹⁵ multiply-adds, one below (dispatch costs more).
-fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
-    if m * n * k >= 1 << 15 {
-        Parallelism::Rayon(0)
-    } else {
-        Parallelism::None
-    }
-}
-
-/// A product's `m · n` output written by `gemm` into fresh memory, without zero-filling it first
-/// (a memset of every output was 7 % of a step): `gemm` with `read_dst = false` writes every
-/// element and reads none.
-fn gemm_new(
-    m: usize,
-    n: usize,
-    k: usize,
-    lhs: &[f32],
-    lhs_strides: (isize, isize),
-    rhs: &[f32],
-    rhs_strides: (isize, isize),
-) -> Vec<f32> {
-    assert!(lhs.len() >= m * k && rhs.len() >= k * n);
-    let mut c: Vec<f32> = Vec::with_capacity(m * n);
-    // SAFETY: `c` has capacity `m · n`; gemm writes each of its `m · n` elements through the raw
-    // pointer (row stride `n`, column stride 1) and reads none (`read_dst = false`), so after it
-    // returns all `m · n` elements are initialised and `set_len` is sound. The operands' strides
-    // stay inside `lhs` and `rhs` by the assert.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            c.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            lhs.as_ptr(),
-            lhs_strides.0,
-            lhs_strides.1,
-            rhs.as_ptr(),
-            rhs_strides.0,
-            rhs_strides.1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            parallelism(m, n, k),
-        );
-        c.set_len(m * n);
-    }
-    c
-}
-
-/// `a [m, k] · b [k, n]`.
-fn matmul(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
-    gemm_new(m, n, k, a, (1, k as isize), b, (1, n as isize))
-}
-
-/// `a [m, k] · bᵀ` with `b` stored `[n, k]` (bᵀ[p, q] = b[q·k + p]: column stride k, row
-/// stride 1).
-fn matmul_nt(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
-    gemm_new(m, n, k, a, (1, k as isize), b, (k as isize, 1))
-}
-
-/// `c [m, n] += a [m, k] · bᵀ` with `b` stored `[n, k]`.
-fn matmul_nt_acc(a: &[f32], b: &[f32], m: usize, k: usize, n: usize, c: &mut [f32]) {
-    gemm_strided(m, n, k, c, true, a, (1, k as isize), b, (k as isize, 1));
-}
-
-/// `c [k, n] += aᵀ · b` with `a` stored `[m, k]` and `b` `[m, n]` (a weight gradient summed
-/// over the `m` token rows).
-fn matmul_tn_into(a: &[f32], b: &[f32], m: usize, k: usize, n: usize, c: &mut [f32]) {
-    // aᵀ[p, q] = a[q·k + p]: column stride k, row stride 1.
-    gemm_strided(k, n, m, c, true, a, (k as isize, 1), b, (1, n as isize));
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The three products against their definitions on a 2×3·3×2 case.
-    #[test]
-    fn products_match_hand_computed_values() {
-        let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]; // [2, 3]
-        let b = [1.0, 0.0, 0.0, 1.0, 1.0, 1.0]; // [3, 2]
-        assert_eq!(matmul(&a, &b, 2, 3, 2), vec![4.0, 5.0, 10.0, 11.0]);
-        // a · aᵀ = [[14, 32], [32, 77]]
-        assert_eq!(matmul_nt(&a, &a, 2, 3, 2), vec![14.0, 32.0, 32.0, 77.0]);
-        // aᵀ · a = [3, 3], accumulated onto ones.
-        let mut c = vec![1.0f32; 9];
-        matmul_tn_into(&a, &a, 2, 3, 3, &mut c);
-        assert_eq!(
-            c,
-            vec![18.0, 23.0, 28.0, 23.0, 30.0, 37.0, 28.0, 37.0, 46.0]
-        );
-    }
 
     #[test]
     fn head_layout_round_trips() {

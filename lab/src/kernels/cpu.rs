@@ -1034,6 +1034,220 @@ pub fn flash_backward(
     FlashGrads { dq, dk, dv, ddelta }
 }
 
+/// Longest sequence [`dense_forward`] and [`dense_backward`] materialise the `[seq, seq]` scores
+/// for (4 MiB per head at 1024); longer ones go to the flash kernels.
+pub const DENSE_MAX_SEQ: usize = 1024;
+
+/// `[l, l]` probabilities of one head's causal softmax from its scaled score-space queries `qs`
+/// and keys `k` (`[l, e]` each): `P_ij = exp(S_ij − lse_i)` for `j ≤ i`, 0 above the diagonal,
+/// with `S = qs · kᵀ` through `gemm`. `lse` `[l]` is written when `write_lse`, else read.
+fn dense_probs(
+    qs: &[f32],
+    k: &[f32],
+    l: usize,
+    e: usize,
+    lse: &mut [f32],
+    write_lse: bool,
+) -> Vec<f32> {
+    use super::gemm::{Parallelism, gemm_new};
+    let mut p = gemm_new(
+        l,
+        l,
+        e,
+        qs,
+        (1, e as isize),
+        k,
+        (e as isize, 1),
+        Parallelism::None,
+    );
+    for (i, row) in p.chunks_mut(l).enumerate() {
+        let (live, masked) = row.split_at_mut(i + 1);
+        masked.fill(0.0);
+        if write_lse {
+            let m = max_lanes(live);
+            let sum = exp_shift_sum(live, m);
+            lse[i] = m + sum.ln();
+            let inv = 1.0 / sum;
+            for x in live.iter_mut() {
+                *x *= inv;
+            }
+        } else {
+            exp_shift_sum(live, lse[i]);
+        }
+    }
+    p
+}
+
+/// Causal attention like [`flash_forward`] (same inputs, outputs and maths), computed densely
+/// for sequences up to [`DENSE_MAX_SEQ`]: per (batch, head) the scores `S = q̃ k̃ᵀ / √d` in the
+/// encoding's score space are one `gemm` product, the causal softmax a pass over its rows, and
+/// `O = P V` a second product. It trades the flash kernel's `O(seq)` memory for matrix products
+/// at `gemm` speed (the score rows of a 128-token head fit in cache). TAPA, whose score is not a
+/// dot product in a fixed space, and longer sequences go to [`flash_forward`]. Sums run in
+/// another order than the flash kernel's, so results agree to round-off (tested).
+///
+/// # Panics
+/// As [`flash_forward`].
+pub fn dense_forward(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    delta: Option<&[f32]>,
+    shape: Shape4,
+    enc: &KernelEncoding,
+) -> (Vec<f32>, Vec<f32>) {
+    use super::gemm::{Parallelism, gemm_strided};
+    if matches!(enc, KernelEncoding::Tapa { .. }) || shape.seq > DENSE_MAX_SEQ {
+        return flash_forward(q, k, v, delta, shape, enc);
+    }
+    check_inputs(q, k, v, shape, enc, delta);
+    let (l, d, heads) = (shape.seq, shape.head_dim, shape.heads);
+    let tables = Tables::new(enc, l);
+    let e = enc.score_dim(d);
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut out = vec![0.0f32; shape.n()];
+    let mut lse = vec![0.0f32; shape.batch * heads * l];
+    out.par_chunks_mut(l * d)
+        .zip(lse.par_chunks_mut(l))
+        .enumerate()
+        .for_each(|(bh, (o, lse))| {
+            let off = bh * l * d;
+            let dh = delta.map(|dl| &dl[(bh % heads) * d..(bh % heads + 1) * d]);
+            let mut qs = to_score_space(&q[off..off + l * d], l, d, enc, tables.as_ref(), None);
+            qs.iter_mut().for_each(|x| *x *= scale);
+            let kt = to_score_space(&k[off..off + l * d], l, d, enc, tables.as_ref(), dh);
+            let p = dense_probs(&qs, &kt, l, e, lse, true);
+            let vh = &v[off..off + l * d];
+            gemm_strided(
+                l,
+                d,
+                l,
+                o,
+                false,
+                &p,
+                (1, l as isize),
+                vh,
+                (1, d as isize),
+                Parallelism::None,
+            );
+        });
+    (out, lse)
+}
+
+/// The backward of [`dense_forward`], like [`flash_backward`] (same inputs and outputs): the
+/// probabilities are recomputed from `lse`, and `dP = dO Vᵀ`, `dV = Pᵀ dO`, `dq̃ = dS k̃ / √d`,
+/// `dk̃ = dSᵀ q̃ / √d` with `dS = P ∘ (dP − rowsum(dO ∘ O))` (FlashAttention-2, Alg. 2) are `gemm`
+/// products; the maps back from score space (RoPE's rotation, PoPE's δ) are the flash kernel's.
+/// TAPA and sequences longer than [`DENSE_MAX_SEQ`] go to [`flash_backward`].
+///
+/// # Panics
+/// As [`flash_forward`].
+#[allow(clippy::too_many_arguments)]
+pub fn dense_backward(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    delta: Option<&[f32]>,
+    out: &[f32],
+    lse: &[f32],
+    dout: &[f32],
+    shape: Shape4,
+    enc: &KernelEncoding,
+) -> FlashGrads {
+    use super::gemm::{Parallelism, gemm_new, gemm_strided};
+    if matches!(enc, KernelEncoding::Tapa { .. }) || shape.seq > DENSE_MAX_SEQ {
+        return flash_backward(q, k, v, delta, out, lse, dout, shape, enc);
+    }
+    check_inputs(q, k, v, shape, enc, delta);
+    let (l, d, heads) = (shape.seq, shape.head_dim, shape.heads);
+    let is_pope = matches!(enc, KernelEncoding::Pope { .. });
+    let tables = Tables::new(enc, l);
+    let e = enc.score_dim(d);
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut dq = vec![0.0f32; shape.n()];
+    let mut dk = vec![0.0f32; shape.n()];
+    let mut dv = vec![0.0f32; shape.n()];
+    let mut ddelta_bh = vec![0.0f32; shape.batch * heads * d];
+    let none = Parallelism::None;
+    dq.par_chunks_mut(l * d)
+        .zip(dk.par_chunks_mut(l * d))
+        .zip(dv.par_chunks_mut(l * d))
+        .zip(ddelta_bh.par_chunks_mut(d))
+        .enumerate()
+        .for_each(|(bh, (((dq, dk), dv), dd))| {
+            let off = bh * l * d;
+            let (qh, kh, vh) = (
+                &q[off..off + l * d],
+                &k[off..off + l * d],
+                &v[off..off + l * d],
+            );
+            let (oh, doh) = (&out[off..off + l * d], &dout[off..off + l * d]);
+            let mut lh = lse[bh * l..(bh + 1) * l].to_vec();
+            let dh = delta.map(|dl| &dl[(bh % heads) * d..(bh % heads + 1) * d]);
+            let mut qs = to_score_space(qh, l, d, enc, tables.as_ref(), None);
+            qs.iter_mut().for_each(|x| *x *= scale);
+            let kt = to_score_space(kh, l, d, enc, tables.as_ref(), dh);
+            let p = dense_probs(&qs, &kt, l, e, &mut lh, false);
+            // dV = Pᵀ dO
+            gemm_strided(
+                l,
+                d,
+                l,
+                dv,
+                false,
+                &p,
+                (l as isize, 1),
+                doh,
+                (1, d as isize),
+                none,
+            );
+            // dS = P ∘ (dO Vᵀ − D), D_i = dO_i · O_i
+            let mut ds = gemm_new(l, l, d, doh, (1, d as isize), vh, (d as isize, 1), none);
+            for (i, (row, prow)) in ds.chunks_mut(l).zip(p.chunks(l)).enumerate() {
+                let di = dot(&doh[i * d..(i + 1) * d], &oh[i * d..(i + 1) * d]);
+                for (g, &pij) in row.iter_mut().zip(prow) {
+                    *g = pij * (*g - di);
+                }
+            }
+            // dq̃ = dS k̃ · scale, dk̃ = dSᵀ (q̃ · scale)
+            let mut dqt = gemm_new(l, e, l, &ds, (1, l as isize), &kt, (1, e as isize), none);
+            dqt.iter_mut().for_each(|x| *x *= scale);
+            let dkt = gemm_new(l, e, l, &ds, (l as isize, 1), &qs, (1, e as isize), none);
+            dq.copy_from_slice(&from_score_space(
+                dqt,
+                qh,
+                l,
+                d,
+                enc,
+                tables.as_ref(),
+                None,
+                None,
+            ));
+            let dd = if is_pope { Some(dd) } else { None };
+            dk.copy_from_slice(&from_score_space(
+                dkt,
+                kh,
+                l,
+                d,
+                enc,
+                tables.as_ref(),
+                dh,
+                dd,
+            ));
+        });
+    let ddelta = is_pope.then(|| {
+        let mut total = vec![0.0f32; heads * d];
+        for (bh, chunk) in ddelta_bh.chunks(d).enumerate() {
+            let h = bh % heads;
+            for (t, &x) in total[h * d..(h + 1) * d].iter_mut().zip(chunk) {
+                *t += x;
+            }
+        }
+        total
+    });
+    FlashGrads { dq, dk, dv, ddelta }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1114,41 +1328,70 @@ mod tests {
             );
             let ref_out = reference.clone().into_data().try_to_vec::<f32>().unwrap();
             let grads = (reference * tg).sum().backward();
-            let (out, lse) = flash_forward(&q, &k, &v, delta.as_deref(), shape, &enc);
-            let what = format!("{:?}/{:?} {shape:?}", cfg.encoding, cfg.pair_layout);
-            let close = |a: &[f32], r: &[f32], name: &str| {
-                assert_eq!(a.len(), r.len());
-                for (i, (x, y)) in a.iter().zip(r).enumerate() {
-                    assert!(
-                        (x - y).abs() <= 2e-4 + 2e-3 * y.abs(),
-                        "{what} {name}[{i}]: fused {x}, reference {y}"
-                    );
-                }
-            };
-            close(&out, &ref_out, "out");
-            let fg = flash_backward(&q, &k, &v, delta.as_deref(), &out, &lse, &g, shape, &enc);
-            let grad = |x: &Tensor<4>| {
-                x.grad(&grads)
-                    .unwrap()
-                    .into_data()
-                    .try_to_vec::<f32>()
-                    .unwrap()
-            };
-            close(&fg.dq, &grad(&tq), "dq");
-            close(&fg.dk, &grad(&tk), "dk");
-            close(&fg.dv, &grad(&tv), "dv");
-            match &pos {
-                PositionalAttention::Pope(p) => {
-                    let r = p
-                        .delta
-                        .grad(&grads)
+            // Both CPU kernels: flash and dense (TAPA's dense call is the flash kernel).
+            type Fwd = fn(
+                &[f32],
+                &[f32],
+                &[f32],
+                Option<&[f32]>,
+                Shape4,
+                &KernelEncoding,
+            ) -> (Vec<f32>, Vec<f32>);
+            type Bwd = fn(
+                &[f32],
+                &[f32],
+                &[f32],
+                Option<&[f32]>,
+                &[f32],
+                &[f32],
+                &[f32],
+                Shape4,
+                &KernelEncoding,
+            ) -> FlashGrads;
+            let kernels: [(&str, Fwd, Bwd); 2] = [
+                ("flash", flash_forward, flash_backward),
+                ("dense", dense_forward, dense_backward),
+            ];
+            for (kernel, forward, backward) in kernels {
+                let (out, lse) = forward(&q, &k, &v, delta.as_deref(), shape, &enc);
+                let what = format!(
+                    "{kernel} {:?}/{:?} {shape:?}",
+                    cfg.encoding, cfg.pair_layout
+                );
+                let close = |a: &[f32], r: &[f32], name: &str| {
+                    assert_eq!(a.len(), r.len());
+                    for (i, (x, y)) in a.iter().zip(r).enumerate() {
+                        assert!(
+                            (x - y).abs() <= 2e-4 + 2e-3 * y.abs(),
+                            "{what} {name}[{i}]: fused {x}, reference {y}"
+                        );
+                    }
+                };
+                close(&out, &ref_out, "out");
+                let fg = backward(&q, &k, &v, delta.as_deref(), &out, &lse, &g, shape, &enc);
+                let grad = |x: &Tensor<4>| {
+                    x.grad(&grads)
                         .unwrap()
                         .into_data()
                         .try_to_vec::<f32>()
-                        .unwrap();
-                    close(fg.ddelta.as_ref().expect("PoPE returns dδ"), &r, "ddelta");
+                        .unwrap()
+                };
+                close(&fg.dq, &grad(&tq), "dq");
+                close(&fg.dk, &grad(&tk), "dk");
+                close(&fg.dv, &grad(&tv), "dv");
+                match &pos {
+                    PositionalAttention::Pope(p) => {
+                        let r = p
+                            .delta
+                            .grad(&grads)
+                            .unwrap()
+                            .into_data()
+                            .try_to_vec::<f32>()
+                            .unwrap();
+                        close(fg.ddelta.as_ref().expect("PoPE returns dδ"), &r, "ddelta");
+                    }
+                    _ => assert!(fg.ddelta.is_none()),
                 }
-                _ => assert!(fg.ddelta.is_none()),
             }
         }
     }

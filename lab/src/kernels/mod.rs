@@ -4,6 +4,7 @@
 //! - [`fused`]: the burn backend extension that makes them a differentiable op, and
 //!   [`fused::positional_attention`], the entry point the model uses.
 //! - [`pointwise`]: fused RMSNorm and GELU with their backwards.
+//! - [`gemm`]: strided matrix products through the `gemm` crate.
 //! - `cube` (features `wgpu` / `cuda`): the same flash-style attention as CubeCL kernels, for
 //!   NoPE, RoPE, PoPE and TAPA, behind the same backend extension.
 
@@ -11,6 +12,7 @@ pub mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod cube;
 pub mod fused;
+pub mod gemm;
 pub mod map;
 pub mod pointwise;
 
