@@ -916,6 +916,18 @@ pub fn flash_forward(
     (out, lse)
 }
 
+/// PoPE's dδ `[heads · d]`: the per-(batch, head) parts `[batch · heads, d]` summed over the batch.
+fn sum_over_batch(per_bh: &[f32], heads: usize, d: usize) -> Vec<f32> {
+    let mut total = vec![0.0f32; heads * d];
+    for (bh, chunk) in per_bh.chunks(d).enumerate() {
+        let h = bh % heads;
+        for (t, &x) in total[h * d..(h + 1) * d].iter_mut().zip(chunk) {
+            *t += x;
+        }
+    }
+    total
+}
+
 /// Backward: given the forward's `out` and `lse` and the output gradient `dout` (all as returned
 /// by / shaped like [`flash_forward`]), the gradients with respect to the kernel's inputs (the
 /// unrotated q and k, and PoPE's δ).
@@ -1021,16 +1033,7 @@ pub fn flash_backward(
                 }
             }
         });
-    let ddelta = is_pope.then(|| {
-        let mut total = vec![0.0f32; heads * d];
-        for (bh, chunk) in ddelta_bh.chunks(d).enumerate() {
-            let h = bh % heads;
-            for (t, &x) in total[h * d..(h + 1) * d].iter_mut().zip(chunk) {
-                *t += x;
-            }
-        }
-        total
-    });
+    let ddelta = is_pope.then(|| sum_over_batch(&ddelta_bh, heads, d));
     FlashGrads { dq, dk, dv, ddelta }
 }
 
@@ -1235,16 +1238,7 @@ pub fn dense_backward(
                 dd,
             ));
         });
-    let ddelta = is_pope.then(|| {
-        let mut total = vec![0.0f32; heads * d];
-        for (bh, chunk) in ddelta_bh.chunks(d).enumerate() {
-            let h = bh % heads;
-            for (t, &x) in total[h * d..(h + 1) * d].iter_mut().zip(chunk) {
-                *t += x;
-            }
-        }
-        total
-    });
+    let ddelta = is_pope.then(|| sum_over_batch(&ddelta_bh, heads, d));
     FlashGrads { dq, dk, dv, ddelta }
 }
 

@@ -170,12 +170,7 @@ pub fn dry_run_text(spec: &SweepSpec, opts: &SweepOptions) -> Result<String, Swe
                 "to train"
             }
         };
-        let label = r
-            .axes
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect::<Vec<_>>()
-            .join(" ");
+        let label = r.label();
         lines.push_str(&format!(
             "  {state}  {id}  {label}  (steps ≤ {})\n",
             r.config.steps
@@ -283,15 +278,7 @@ pub fn status_text(
     let out = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
     let runs: Vec<(String, String)> = plan
         .iter()
-        .map(|r| {
-            let label = r
-                .axes
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(" ");
-            (r.config.run_id(), label)
-        })
+        .map(|r| (r.config.run_id(), r.label()))
         .collect();
     let report = super::status::status(&out, &runs);
     Ok(format!(

@@ -438,11 +438,7 @@ struct Running {
 }
 
 fn short_label(run: &PlannedRun) -> String {
-    run.axes
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(" ")
+    run.label()
 }
 
 /// Run a sweep (see module docs). Finished runs are skipped; the merged tables, the fit and the

@@ -274,6 +274,17 @@ pub struct PlannedRun {
     pub evals: Vec<EvalSpec>,
 }
 
+impl PlannedRun {
+    /// The run's grid values as `axis=value` words, e.g. `block_len=4 seed=0`.
+    pub fn label(&self) -> String {
+        self.axes
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
 fn syntax_error(path: &Path, text: &str, e: &toml::de::Error) -> SpecError {
     let (line, column) = e
         .span()
