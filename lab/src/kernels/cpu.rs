@@ -916,6 +916,31 @@ pub fn flash_forward(
     (out, lse)
 }
 
+/// One head's score-space gradients `dq̃`, `dk̃` `[l, e]` mapped back to the unrotated `dq`, `dk`
+/// `[l, d]` (RoPE's inverse rotation, PoPE's magnitudes and δ, accumulated into `ddelta`); `back`
+/// is `(q, k, l, d, encoding, tables, δ)` of the head. Shared by the flash and dense backwards.
+#[allow(clippy::type_complexity)]
+fn score_grads_back(
+    dqt: Vec<f32>,
+    dkt: Vec<f32>,
+    back: (
+        &[f32],
+        &[f32],
+        usize,
+        usize,
+        &KernelEncoding,
+        Option<&Tables>,
+        Option<&[f32]>,
+    ),
+    dq: &mut [f32],
+    dk: &mut [f32],
+    ddelta: Option<&mut [f32]>,
+) {
+    let (qh, kh, l, d, enc, tables, dh) = back;
+    dq.copy_from_slice(&from_score_space(dqt, qh, l, d, enc, tables, None, None));
+    dk.copy_from_slice(&from_score_space(dkt, kh, l, d, enc, tables, dh, ddelta));
+}
+
 /// PoPE's dδ `[heads · d]`: the per-(batch, head) parts `[batch · heads, d]` summed over the batch.
 fn sum_over_batch(per_bh: &[f32], heads: usize, d: usize) -> Vec<f32> {
     let mut total = vec![0.0f32; heads * d];
@@ -1009,27 +1034,9 @@ pub fn flash_backward(
                     head_backward(&mut sc, &vt, oh, doh, lh, l, d, dv);
                     let dqt: Vec<f32> = sc.dq.iter().map(|x| x * scale).collect();
                     let dkt = std::mem::take(&mut sc.dk);
-                    dq.copy_from_slice(&from_score_space(
-                        dqt,
-                        qh,
-                        l,
-                        d,
-                        enc,
-                        tables.as_ref(),
-                        None,
-                        None,
-                    ));
                     let dd = if is_pope { Some(dd) } else { None };
-                    dk.copy_from_slice(&from_score_space(
-                        dkt,
-                        kh,
-                        l,
-                        d,
-                        enc,
-                        tables.as_ref(),
-                        dh,
-                        dd,
-                    ));
+                    let back = (qh, kh, l, d, enc, tables.as_ref(), dh);
+                    score_grads_back(dqt, dkt, back, dq, dk, dd);
                 }
             }
         });
@@ -1216,27 +1223,9 @@ pub fn dense_backward(
             let mut dqt = gemm_new(l, e, l, &ds, (1, l as isize), &kt, (1, e as isize), none);
             dqt.iter_mut().for_each(|x| *x *= scale);
             let dkt = gemm_new(l, e, l, &ds, (l as isize, 1), &qs, (1, e as isize), none);
-            dq.copy_from_slice(&from_score_space(
-                dqt,
-                qh,
-                l,
-                d,
-                enc,
-                tables.as_ref(),
-                None,
-                None,
-            ));
             let dd = if is_pope { Some(dd) } else { None };
-            dk.copy_from_slice(&from_score_space(
-                dkt,
-                kh,
-                l,
-                d,
-                enc,
-                tables.as_ref(),
-                dh,
-                dd,
-            ));
+            let back = (qh, kh, l, d, enc, tables.as_ref(), dh);
+            score_grads_back(dqt, dkt, back, dq, dk, dd);
         });
     let ddelta = is_pope.then(|| sum_over_batch(&ddelta_bh, heads, d));
     FlashGrads { dq, dk, dv, ddelta }

@@ -437,10 +437,6 @@ struct Running {
     started: Instant,
 }
 
-fn short_label(run: &PlannedRun) -> String {
-    run.label()
-}
-
 /// Run a sweep (see module docs). Finished runs are skipped; the merged tables, the fit and the
 /// summary cover every finished run of the preset's grid (of the shard, with `opts.shard`).
 ///
@@ -568,7 +564,7 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
             Some(m) if m.host == super::status::host_name() => {
                 say(format!(
                     "  … {}: still running in process {} (from an earlier start): waiting for it",
-                    short_label(&run),
+                    run.label(),
                     m.pid
                 ));
                 foreign.push((run, id, m.pid));
@@ -601,7 +597,7 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
         while running.len() < jobs {
             let Some(run) = queue.pop_front() else { break };
             running.push(spawn_run(spec, opts, &run, threads)?);
-            bar.set_message(short_label(&run));
+            bar.set_message(run.label());
         }
         if running.is_empty() && foreign.is_empty() {
             break;
@@ -644,7 +640,7 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
                         format!(
                             "run {} ({}) could not write its results: {}; nothing was recorded for it and finished runs are intact: free space or fix {} and run the sweep again",
                             r.id,
-                            short_label(&r.run),
+                            r.run.label(),
                             last_error_line(&dir.join("log.txt"))
                                 .unwrap_or_else(|| format!("its process exited ({status})")),
                             out_dir.display()
@@ -658,7 +654,7 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
                     interrupted += 1;
                     say(format!(
                         "  ! {}: run process killed by signal {sig}; not recorded, redone on the next start",
-                        short_label(&r.run)
+                        r.run.label()
                     ));
                     continue;
                 }
@@ -768,7 +764,7 @@ fn preflight(runs: &[PlannedRun]) -> Result<(), SweepError> {
             return Err(SweepError::Data(format!(
                 "{} task ({}): {e}",
                 r.config.task.kind().name(),
-                short_label(r)
+                r.label()
             )));
         }
     }
@@ -838,7 +834,7 @@ fn spawn_run(
 }
 
 fn finished_line(dir: &Path, r: &Running, secs: f64) -> String {
-    let label = short_label(&r.run);
+    let label = r.run.label();
     let Ok((_, batches)) = results::read_parquet(&dir.join("runs.parquet")) else {
         return format!("  ? {label}: unreadable results");
     };
