@@ -21,6 +21,7 @@ pub mod eval;
 pub mod fast;
 pub mod generate;
 pub mod hint;
+pub mod indirect;
 pub mod kernels;
 pub mod mi;
 pub mod model;

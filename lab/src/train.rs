@@ -556,6 +556,11 @@ pub struct TrainOutcome {
     pub answer_accuracy: Option<f64>,
     /// iGSM only: share of greedy-decoded solutions that pass the checker.
     pub solution_valid: Option<f64>,
+    /// Indirect indexing only: held-out accuracy on examples with shift `k = 0` (the answer is the
+    /// query letter; set by the sweep runner, see [`crate::indirect`]).
+    pub acc_shift0: Option<f64>,
+    /// Indirect indexing only: held-out accuracy on examples with `k ≠ 0`.
+    pub acc_shift_nonzero: Option<f64>,
     /// `stop = "spectrum"`: the step at which every layer's θ_eff had converged and training
     /// stopped (docs/analysis-rules.md, R3); `None` when the cap `steps` was reached or the rule
     /// is `steps`.
@@ -792,6 +797,8 @@ pub fn train(
         probe_ms: probe_ms.iter().sum::<f64>() / probe_ms.len().max(1) as f64,
         answer_accuracy: None,
         solution_valid: None,
+        acc_shift0: None,
+        acc_shift_nonzero: None,
         converged_step,
         dep_width_mi: None,
         attention_lags,

@@ -65,6 +65,8 @@ pub fn runs_row(cfg: &RunConfig, meta: &RunMeta, out: &TrainOutcome) -> RecordBa
         .opt_f64("final_eval_accuracy", vec![last.map(|e| e.accuracy)])
         .opt_f64("answer_accuracy", vec![out.answer_accuracy])
         .opt_f64("solution_valid", vec![out.solution_valid])
+        .opt_f64("acc_shift0", vec![out.acc_shift0])
+        .opt_f64("acc_shift_nonzero", vec![out.acc_shift_nonzero])
         .opt_f64("init_eval_loss", vec![init.map(|e| e.loss)])
         .opt_f64(
             "effective_freq",

@@ -285,6 +285,16 @@ pub fn run_one(
         out.answer_accuracy = Some(g.answer_accuracy);
         out.solution_valid = Some(g.solution_valid);
     }
+    if cfg.task.kind() == crate::config::TaskKind::Indirect && out.status == RunStatus::Done {
+        let n = (cfg.eval_batches * cfg.batch_size).clamp(256, 1024);
+        let a = crate::indirect::accuracy_by_shift(&model, cfg, &device, n);
+        eprintln!(
+            "held-out accuracy by shift ({n} examples): {}",
+            a.describe()
+        );
+        out.acc_shift0 = a.shift0();
+        out.acc_shift_nonzero = a.nonzero();
+    }
     if cfg.task.kind() == crate::config::TaskKind::Block {
         out.dep_width_mi = cfg.data_width_mi();
     }
@@ -419,6 +429,8 @@ fn record_crash(
         probe_ms: 0.0,
         answer_accuracy: None,
         solution_valid: None,
+        acc_shift0: None,
+        acc_shift_nonzero: None,
         converged_step: None,
         dep_width_mi: None,
         attention_lags: None,

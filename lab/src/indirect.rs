@@ -1,0 +1,162 @@
+//! Indirect-indexing diagnostics (PoPE paper, Gopalakrishnan et al., arXiv 2509.10534, §4; SCIENCE.md
+//! §2): held-out accuracy split by the example's signed shift `k`.
+//!
+//! The task's final-token accuracy mixes two skills. At `k = 0` the answer is the query letter itself,
+//! already in the prompt: copying it needs neither the string nor any position. At `k ≠ 0` the model
+//! must find the query letter in the string (content) and move `k` places from it (position), the
+//! part the diagnostic is about. Shifts are triangular (`P(k | N) = (N − |k|) / V(N)`,
+//! [`tasks::indirect`]), so on a rung with few letters and small shifts `k = 0` is a quarter of the
+//! examples (`N = 5, max_shift = 2`: `P(0) = 5/19`), and a model that only copies at `k = 0` and
+//! guesses among the string's letters otherwise scores ≈ `P(0) + (1 − P(0)) / (N − 1)`. This split
+//! tells that model from one that has learned the offset.
+
+use std::collections::BTreeMap;
+
+use burn::module::Module;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use tasks::Split;
+
+use crate::config::{RunConfig, TaskGen};
+use crate::model::Transformer;
+
+/// Greedy (argmax) accuracy at the target position of held-out examples, by shift.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ShiftAccuracy {
+    /// `k → (examples, right)`, for every shift that occurred.
+    pub by_shift: BTreeMap<i32, (usize, usize)>,
+}
+
+impl ShiftAccuracy {
+    /// Examples scored.
+    pub fn n(&self) -> usize {
+        self.by_shift.values().map(|&(n, _)| n).sum()
+    }
+
+    /// Accuracy over the shifts `k` for which `keep(k)`; `None` when no example has such a shift.
+    pub fn accuracy_where(&self, keep: impl Fn(i32) -> bool) -> Option<f64> {
+        let (n, right) = self
+            .by_shift
+            .iter()
+            .filter(|(k, _)| keep(**k))
+            .fold((0, 0), |(n, r), (_, &(m, s))| (n + m, r + s));
+        (n > 0).then(|| right as f64 / n as f64)
+    }
+
+    /// Accuracy on `k = 0` (copy the query letter).
+    pub fn shift0(&self) -> Option<f64> {
+        self.accuracy_where(|k| k == 0)
+    }
+
+    /// Accuracy on `k ≠ 0` (find the letter, then move).
+    pub fn nonzero(&self) -> Option<f64> {
+        self.accuracy_where(|k| k != 0)
+    }
+
+    /// One line per `|k|`: `|k|=0 0.998 (n=251)  |k|=1 0.180 (n=402) …`.
+    pub fn describe(&self) -> String {
+        let mut by_abs: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
+        for (k, &(n, r)) in &self.by_shift {
+            let e = by_abs.entry(k.unsigned_abs()).or_default();
+            e.0 += n;
+            e.1 += r;
+        }
+        by_abs
+            .iter()
+            .map(|(a, &(n, r))| format!("|k|={a} {:.3} (n={n})", r as f64 / n.max(1) as f64))
+            .collect::<Vec<_>>()
+            .join("  ")
+    }
+}
+
+/// Score the first `n` held-out examples of an indirect-indexing run (the same examples, in the same
+/// order, as the run's evaluations: [`Split::Eval`] from index 0) by greedy argmax at the target
+/// position, and split the result by shift. Forward passes of at most 256 examples
+/// (`[256, seq_len]` tokens).
+///
+/// # Panics
+/// If `cfg` is not an indirect-indexing run (callers check `cfg.task`).
+pub fn accuracy_by_shift(
+    model: &Transformer,
+    cfg: &RunConfig,
+    device: &Device,
+    n: usize,
+) -> ShiftAccuracy {
+    let TaskGen::Indirect(task) = cfg.task() else {
+        panic!("accuracy_by_shift needs an indirect-indexing run");
+    };
+    let model = model.valid();
+    let device = device.clone().inner();
+    let mut by_shift: BTreeMap<i32, (usize, usize)> = BTreeMap::new();
+    let seq = cfg.seq_len;
+    for start in (0..n).step_by(256) {
+        let rows = (n - start).min(256);
+        let mut ids = Vec::with_capacity(rows * seq);
+        let mut wanted = Vec::with_capacity(rows);
+        for i in 0..rows {
+            let s = task
+                .sample(cfg.seed, Split::Eval, (start + i) as u64)
+                .expect("config validated");
+            let ex = task.encode_sample(&s).expect("a drawn sample encodes");
+            let t = ex.mask.iter().position(|&m| m).expect("one scored position");
+            ids.extend(ex.input.iter().map(|&x| x as i64));
+            wanted.push((s.shift, t, ex.target[t]));
+        }
+        let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [rows, seq]), &device);
+        let pred = model
+            .forward(tokens)
+            .argmax(2)
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .expect("argmax gives integers");
+        for (row, &(k, t, target)) in wanted.iter().enumerate() {
+            let e = by_shift.entry(k).or_default();
+            e.0 += 1;
+            e.1 += usize::from(pred[row * seq + t] == target as i64);
+        }
+    }
+    ShiftAccuracy { by_shift }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accuracies_pool_the_right_shifts() {
+        let a = ShiftAccuracy {
+            by_shift: BTreeMap::from([(-2, (10, 1)), (-1, (10, 3)), (0, (20, 19)), (2, (10, 0))]),
+        };
+        assert_eq!(a.n(), 50);
+        assert_eq!(a.shift0(), Some(0.95));
+        assert_eq!(a.nonzero(), Some(4.0 / 30.0));
+        assert_eq!(a.accuracy_where(|k| k > 5), None);
+        assert_eq!(
+            a.describe(),
+            "|k|=0 0.950 (n=20)  |k|=1 0.300 (n=10)  |k|=2 0.050 (n=20)"
+        );
+    }
+
+    /// The split counts every example once and, on the first examples, agrees with the run's own
+    /// evaluation stream (same seeds): an untrained model's shift-0 share matches the task's law.
+    #[test]
+    fn untrained_model_scores_every_example_once() {
+        let mut cfg = crate::config::tests::tiny();
+        cfg.task = crate::config::TaskConfig::Indirect(tasks::indirect::IndirectParams {
+            min_letters: 5,
+            max_letters: 5,
+            max_shift: 2,
+        });
+        cfg.vocab_size = tasks::indirect::vocab_size();
+        cfg.seq_len = 16;
+        cfg.validate().unwrap();
+        let device = Device::flex();
+        let model = cfg.model().init(cfg.seed, &device);
+        let a = accuracy_by_shift(&model, &cfg, &device, 300);
+        assert_eq!(a.n(), 300);
+        assert!(a.by_shift.keys().all(|k| (-2..=2).contains(k)));
+        // N = 5, max_shift = 2: P(0) = 5/19 ≈ 0.263; 300 draws, ±4 sd ≈ ±0.10.
+        let p0 = a.by_shift[&0].0 as f64 / 300.0;
+        assert!((p0 - 5.0 / 19.0).abs() < 0.10, "P(k = 0) = {p0}");
+    }
+}
