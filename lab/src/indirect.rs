@@ -118,6 +118,132 @@ pub fn accuracy_by_shift(
     ShiftAccuracy { by_shift }
 }
 
+/// What a prompt position is to the final (target-predicting) token, for the "what vs where" view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// The query letter's occurrence in the string (where the content match lands).
+    Source,
+    /// The answer's position in the string (`shift` places from the source).
+    Target,
+    /// Any other letter of the string.
+    OtherLetter,
+    /// The query token after the first comma.
+    Query,
+    /// Commas and the shift's characters.
+    Rest,
+}
+
+impl Role {
+    /// Every role, in table order.
+    pub const ALL: [Role; 5] = [
+        Role::Source,
+        Role::Target,
+        Role::OtherLetter,
+        Role::Query,
+        Role::Rest,
+    ];
+
+    /// The name written to `attention.parquet`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Source => "source",
+            Role::Target => "target",
+            Role::OtherLetter => "other_letter",
+            Role::Query => "query",
+            Role::Rest => "rest",
+        }
+    }
+}
+
+/// The role of each prompt position of a sample (`[N letters] , query , shift ,`), positions past the
+/// prompt (the answer, padding) `None`.
+pub fn roles(s: &tasks::indirect::IndirectSample, seq_len: usize) -> Vec<Option<Role>> {
+    let n = s.source.chars().count();
+    let src = s
+        .source
+        .chars()
+        .position(|c| c == s.query)
+        .expect("the query letter is in the string");
+    let tgt = (src as i64 + s.shift as i64) as usize;
+    let prompt = s.text.chars().count();
+    (0..seq_len)
+        .map(|p| match p {
+            _ if p == src => Some(Role::Source),
+            _ if p == tgt => Some(Role::Target),
+            _ if p < n => Some(Role::OtherLetter),
+            _ if p == n + 1 => Some(Role::Query),
+            _ if p < prompt => Some(Role::Rest),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Mean attention of the final prompt token (the position that predicts the answer) on each [`Role`],
+/// per layer and head, over the first `n` held-out examples with shift `k ≠ 0` (at `k = 0` source and
+/// target coincide). `shares[layer][head][role]` sums to 1 over roles (the final token's row is a
+/// causal softmax over the prompt). Materialises `seq × seq` scores per head: for short prompts.
+///
+/// # Panics
+/// If `cfg` is not an indirect-indexing run.
+pub fn final_token_attention(
+    model: &Transformer,
+    cfg: &RunConfig,
+    device: &Device,
+    n: usize,
+) -> (usize, Vec<Vec<[f64; 5]>>) {
+    let TaskGen::Indirect(task) = cfg.task() else {
+        panic!("final_token_attention needs an indirect-indexing run");
+    };
+    let model = model.valid();
+    let device = device.clone().inner();
+    let seq = cfg.seq_len;
+    let samples: Vec<_> = (0u64..)
+        .map(|i| {
+            task.sample(cfg.seed, Split::Eval, i)
+                .expect("config validated")
+        })
+        .filter(|s| s.shift != 0)
+        .take(n)
+        .collect();
+    let (layers, heads) = (cfg.n_layers, cfg.n_heads);
+    let mut shares = vec![vec![[0.0f64; 5]; heads]; layers];
+    for chunk in samples.chunks(128) {
+        let mut ids = Vec::with_capacity(chunk.len() * seq);
+        for s in chunk {
+            let ex = task.encode_sample(s).expect("a drawn sample encodes");
+            ids.extend(ex.input.iter().map(|&x| x as i64));
+        }
+        let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [chunk.len(), seq]), &device);
+        let (_, qk) = model.forward_with_qk(tokens);
+        for (l, layer_qk) in qk.into_iter().enumerate() {
+            let probs = model
+                .attention_probs(l, layer_qk.q, layer_qk.k)
+                .into_data()
+                .convert::<f32>()
+                .try_to_vec::<f32>()
+                .expect("f32 probabilities");
+            for (b, s) in chunk.iter().enumerate() {
+                let t = s.text.chars().count() - 1;
+                let role = roles(s, seq);
+                for h in 0..heads {
+                    let row = &probs[((b * heads + h) * seq + t) * seq..][..seq];
+                    for (p, &w) in row.iter().enumerate().take(t + 1) {
+                        let r = role[p].expect("positions up to the final token have roles");
+                        shares[l][h][r as usize] += w as f64;
+                    }
+                }
+            }
+        }
+    }
+    let m = samples.len().max(1) as f64;
+    for layer in &mut shares {
+        for head in layer.iter_mut() {
+            head.iter_mut().for_each(|v| *v /= m);
+        }
+    }
+    (samples.len(), shares)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +261,49 @@ mod tests {
             a.describe(),
             "|k|=0 0.950 (n=20)  |k|=1 0.300 (n=10)  |k|=2 0.050 (n=20)"
         );
+    }
+
+    #[test]
+    fn roles_of_the_paper_example() {
+        let s = tasks::indirect::IndirectSample {
+            source: "QEOHoUbKfeSrMVNlCzXu".into(),
+            query: 'z',
+            shift: -3,
+            target: 'N',
+            text: "QEOHoUbKfeSrMVNlCzXu,z,-3,".into(),
+        };
+        let r = roles(&s, 30);
+        assert_eq!(r[17], Some(Role::Source)); // 'z'
+        assert_eq!(r[14], Some(Role::Target)); // 'N'
+        assert_eq!(r[0], Some(Role::OtherLetter));
+        assert_eq!(r[20], Some(Role::Rest)); // ','
+        assert_eq!(r[21], Some(Role::Query));
+        assert_eq!(r[22..26], [Some(Role::Rest); 4]); // ",-3,": the last is the final token
+        assert_eq!(r[26], None);
+        assert_eq!(r.iter().filter(|x| x.is_some()).count(), 26);
+    }
+
+    /// Each (layer, head) row of shares is a probability over roles.
+    #[test]
+    fn final_token_shares_sum_to_one() {
+        let mut cfg = crate::config::tests::tiny();
+        cfg.task = crate::config::TaskConfig::Indirect(tasks::indirect::IndirectParams {
+            min_letters: 5,
+            max_letters: 8,
+            max_shift: 2,
+        });
+        cfg.vocab_size = tasks::indirect::vocab_size();
+        cfg.seq_len = 16;
+        cfg.validate().unwrap();
+        let device = Device::flex();
+        let model = cfg.model().init(cfg.seed, &device);
+        let (n, shares) = final_token_attention(&model, &cfg, &device, 40);
+        assert_eq!(n, 40);
+        assert_eq!(shares.len(), cfg.n_layers);
+        for head in shares.iter().flatten() {
+            assert!((head.iter().sum::<f64>() - 1.0).abs() < 1e-4, "{head:?}");
+            assert!(head.iter().all(|&v| v >= 0.0));
+        }
     }
 
     /// The split counts every example once and, on the first examples, agrees with the run's own

@@ -667,6 +667,101 @@ pub struct BarPanel {
     pub cells: Vec<Vec<Option<Stat>>>,
 }
 
+/// Bar labels of the indirect-indexing attention figure, in order (the `attention` table's roles).
+pub const ATTENTION_ROLES: [(&str, &str); 4] = [
+    ("source", "query letter in the string (content)"),
+    ("target", "answer letter (shift from it)"),
+    ("query", "query token"),
+    ("other_letter", "other letters"),
+];
+
+/// The encoding of a `(layer, head)` group in [`attention_panels`]' `ratios`: `layer · 64 + head`.
+pub const LAYER_HEAD_BASE: i64 = 64;
+
+/// "What vs where" for indirect indexing (issue 18, item 3): one panel per encoding × model setting
+/// (the settings that differ between the runs: `n_layers`, `d_model`, `n_heads`, the rung), groups =
+/// (layer, head) encoded as `layer · 64 + head` ([`LAYER_HEAD_BASE`]), bars = the final token's mean
+/// attention on the source letter, the target letter, the query token and the other letters
+/// ([`ATTENTION_ROLES`]), over seeds. Rows: the `attention` table joined to finished `runs` by `run_id`.
+pub fn attention_panels(attention: &Table, runs: &Table) -> Result<Vec<BarPanel>, PlotError> {
+    let done = done_rows(runs)?;
+    let ids = runs.strs("run_id")?;
+    let encs = runs.strs("encoding")?;
+    let settings = ["n_layers", "d_model", "n_heads", "min_letters", "max_letters", "max_shift"];
+    let mut values: Vec<Vec<Option<i64>>> = Vec::new();
+    for c in settings {
+        values.push(if runs.has(c) { runs.i64s(c)? } else { vec![None; runs.rows()] });
+    }
+    let varies: Vec<bool> = values
+        .iter()
+        .map(|v| {
+            let set: std::collections::BTreeSet<_> =
+                (0..runs.rows()).filter(|&i| done[i]).map(|i| v[i]).collect();
+            set.len() > 1
+        })
+        .collect();
+    let mut panel_of: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    for i in 0..runs.rows() {
+        if let (true, Some(id), Some(e)) = (done[i], &ids[i], &encs[i]) {
+            let mut title = e.clone();
+            for (c, (v, &vary)) in settings.iter().zip(values.iter().zip(&varies)) {
+                if let (true, Some(x)) = (vary, v[i]) {
+                    title.push_str(&format!(" {c}={x}"));
+                }
+            }
+            panel_of.insert(id.clone(), (rank(&ENCODING_ORDER, e).0, title));
+        }
+    }
+    let a_ids = attention.strs("run_id")?;
+    let layer = attention.i64s("layer")?;
+    let head = attention.i64s("head")?;
+    let role = attention.strs("role")?;
+    let share = attention.f64s("share")?;
+    // (panel order, title) → group → role → values over runs.
+    type Cells = BTreeMap<i64, BTreeMap<usize, Vec<f64>>>;
+    let mut by: BTreeMap<(usize, String), Cells> = BTreeMap::new();
+    for i in 0..attention.rows() {
+        let (Some(id), Some(l), Some(h), Some(r), Some(v)) =
+            (&a_ids[i], layer[i], head[i], &role[i], share[i])
+        else {
+            continue;
+        };
+        let (Some(panel), Some(b)) = (
+            panel_of.get(id),
+            ATTENTION_ROLES.iter().position(|(name, _)| name == r),
+        ) else {
+            continue;
+        };
+        by.entry(panel.clone())
+            .or_default()
+            .entry(l * LAYER_HEAD_BASE + h)
+            .or_default()
+            .entry(b)
+            .or_default()
+            .push(v);
+    }
+    Ok(by
+        .into_iter()
+        .map(|((_, title), groups)| {
+            let ratios: Vec<f64> = groups.keys().map(|&g| g as f64).collect();
+            let cells = groups
+                .into_values()
+                .map(|mut roles| {
+                    (0..ATTENTION_ROLES.len())
+                        .map(|b| roles.remove(&b).and_then(Stat::of))
+                        .collect()
+                })
+                .collect();
+            BarPanel {
+                title,
+                ratios,
+                labels: ATTENTION_ROLES.iter().map(|(_, l)| l.to_string()).collect(),
+                cells,
+            }
+        })
+        .collect())
+}
+
 /// Bar labels of the ablation figure, in order: unablated, law band, far band.
 pub const ABLATION_LABELS: [&str; 3] = ["unablated", "π/B band at θ = 0", "far band at θ = 0"];
 

@@ -811,6 +811,9 @@ pub enum GroupAxis {
     LengthRatio,
     /// Block width B in tokens, labelled `B = 16`.
     BlockWidth,
+    /// A transformer layer and head, encoded as `layer · 64 + head`
+    /// ([`super::data::LAYER_HEAD_BASE`]), labelled `L0 h1`; the bars are attention shares.
+    LayerHead,
 }
 
 impl GroupAxis {
@@ -818,12 +821,24 @@ impl GroupAxis {
         match self {
             GroupAxis::LengthRatio => format!("{}×", fmt_num(v)),
             GroupAxis::BlockWidth => format!("B = {}", fmt_num(v)),
+            GroupAxis::LayerHead => {
+                let g = v.round() as i64;
+                let base = super::data::LAYER_HEAD_BASE;
+                format!("L{} h{}", g / base, g % base)
+            }
+        }
+    }
+    fn y_desc(self) -> &'static str {
+        match self {
+            GroupAxis::LengthRatio | GroupAxis::BlockWidth => "accuracy",
+            GroupAxis::LayerHead => "attention of the final token",
         }
     }
     fn x_desc(self) -> &'static str {
         match self {
             GroupAxis::LengthRatio => "evaluation length / training length",
             GroupAxis::BlockWidth => "block width B (tokens)",
+            GroupAxis::LayerHead => "layer, head",
         }
     }
     fn footnote(self) -> &'static str {
@@ -833,6 +848,9 @@ impl GroupAxis {
             }
             GroupAxis::BlockWidth => {
                 "bars: mean over seeds; whiskers: min–max over seeds; held-out accuracy at the training length; a band = 2 rotary pairs set to θ = 0 (docs/analysis-rules.md R5)"
+            }
+            GroupAxis::LayerHead => {
+                "bars: mean over seeds of the final prompt token's attention on each part of the prompt, 256 held-out examples with shift ≠ 0; whiskers: min–max over seeds"
             }
         }
     }
@@ -893,7 +911,7 @@ impl Figure for GroupedBarsPlot {
                 .disable_x_mesh()
                 .x_labels(ng)
                 .x_desc(self.groups.x_desc())
-                .y_desc("accuracy")
+                .y_desc(self.groups.y_desc())
                 .x_label_formatter(&|v| category(&ratios, *v))
                 .y_label_formatter(&|v| format!("{:.0} %", v * 100.0))
                 .label_style(font(TICK))

@@ -119,7 +119,7 @@ pub const SWEEP_FIGURES: &[(&str, &[&str])] = &[
     ),
     (
         "indirect-indexing",
-        &["accuracy-by-encoding", "accuracy-curves"],
+        &["accuracy-by-encoding", "accuracy-curves", "attention"],
     ),
     ("base-vs-width", &["theta-eff-vs-width"]),
     ("pi-self-similarity", &["pi-accuracy"]),
@@ -150,6 +150,9 @@ pub fn figure_caption(sweep: &str, stem: &str) -> &'static str {
         }
         ("indirect-indexing", "accuracy-curves") => {
             "Held-out accuracy against training step per encoding (seeds as lines): whether and when each learns to match content and then shift by position."
+        }
+        ("indirect-indexing", "attention") => {
+            "What vs where: the final prompt token's attention, per layer and head, on the query letter's place in the string (a content match), on the answer letter (the shift applied), on the query token and on the other letters; a model that solves the task has a head on the answer letter."
         }
         ("pi-self-similarity", "pi-accuracy") => {
             "Accuracy at s × the training length per RoPE scaling (none, PI, NTK, YaRN), on the dilated (self-similar) task and on the fixed task: the paper's claim is that PI recovers the self-similar task and fails where the dependency width does not scale."
@@ -344,6 +347,21 @@ fn draw_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, P
                 out,
                 "accuracy-curves",
             )?);
+            // Runs of lab versions before 2026-12-02 have no attention table: two figures then.
+            if let Ok(attention) = table("attention") {
+                let panels = data::attention_panels(&attention, &runs)?;
+                if !panels.is_empty() {
+                    written.extend(save(
+                        &GroupedBarsPlot {
+                            title: "Indirect indexing: where the final token looks".into(),
+                            panels,
+                            groups: GroupAxis::LayerHead,
+                        },
+                        out,
+                        "attention",
+                    )?);
+                }
+            }
         }
         "pi-self-similarity" => {
             let panels = data::pi_panels(&table("evals")?)?;

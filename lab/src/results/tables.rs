@@ -227,6 +227,34 @@ pub fn layers_table(cfg: &RunConfig, out: &TrainOutcome) -> RecordBatch {
         .build()
 }
 
+/// The `attention` table of an indirect-indexing run: one row per layer × head × [`Role`], the final
+/// prompt token's mean attention on that role over `n_examples` held-out examples with shift ≠ 0
+/// ([`crate::indirect::final_token_attention`]).
+///
+/// [`Role`]: crate::indirect::Role
+pub fn attention_table(cfg: &RunConfig, n_examples: usize, shares: &[Vec<[f64; 5]>]) -> RecordBatch {
+    let (mut layer, mut head, mut role, mut share) = (vec![], vec![], vec![], vec![]);
+    for (l, heads) in shares.iter().enumerate() {
+        for (h, by_role) in heads.iter().enumerate() {
+            for r in crate::indirect::Role::ALL {
+                layer.push(l as i64);
+                head.push(h as i64);
+                role.push(r.name().to_string());
+                share.push(by_role[r as usize]);
+            }
+        }
+    }
+    let rows = layer.len();
+    TableBuilder::new(rows)
+        .str("run_id", vec![cfg.run_id(); rows])
+        .i64("layer", layer)
+        .i64("head", head)
+        .str("role", role)
+        .f64("share", share)
+        .i64("n_examples", vec![n_examples as i64; rows])
+        .build()
+}
+
 /// The `curves` table of a run.
 pub fn curves_table(cfg: &RunConfig, out: &TrainOutcome) -> RecordBatch {
     let c = &out.curves;

@@ -294,6 +294,11 @@ pub fn run_one(
         );
         out.acc_shift0 = a.shift0();
         out.acc_shift_nonzero = a.nonzero();
+        let (n, shares) = crate::indirect::final_token_attention(&model, cfg, &device, 256);
+        results::write_batch(
+            &dir.join("attention.parquet"),
+            &results::tables::attention_table(cfg, n, &shares),
+        )?;
     }
     if cfg.task.kind() == crate::config::TaskKind::Block {
         out.dep_width_mi = cfg.data_width_mi();
@@ -900,12 +905,13 @@ pub fn collect_named(
         .filter(|p| p.join("runs.parquet").is_file())
         .collect();
     run_dirs.sort();
-    // `layers` is absent from runs of lab versions before it existed.
-    for table in ["runs", "curves", "spectrum", "layers"] {
+    // `layers` is absent from runs of lab versions before it existed; `attention` exists only for
+    // indirect-indexing runs.
+    for table in ["runs", "curves", "spectrum", "layers", "attention"] {
         let files: Vec<PathBuf> = run_dirs
             .iter()
             .map(|d| d.join(format!("{table}.parquet")))
-            .filter(|f| table != "layers" || f.is_file())
+            .filter(|f| matches!(table, "runs" | "curves" | "spectrum") || f.is_file())
             .collect();
         if !files.is_empty() {
             parts.insert(table, files);
