@@ -97,7 +97,11 @@ pub fn accuracy_by_shift(
                 .sample(cfg.seed, Split::Eval, (start + i) as u64)
                 .expect("config validated");
             let ex = task.encode_sample(&s).expect("a drawn sample encodes");
-            let t = ex.mask.iter().position(|&m| m).expect("one scored position");
+            let t = ex
+                .mask
+                .iter()
+                .position(|&m| m)
+                .expect("one scored position");
             ids.extend(ex.input.iter().map(|&x| x as i64));
             wanted.push((s.shift, t, ex.target[t]));
         }

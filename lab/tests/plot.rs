@@ -620,6 +620,28 @@ fn write_all_tables(dir: &Path) {
         .opt_f64("answer_accuracy", vec![Some(0.25); n])
         .build();
     write_batch(&dir.join("runs.parquet"), &rb).unwrap();
+    // indirect-indexing's attention figure: one layer, two heads per run.
+    let mut att = Vec::new();
+    for r in &runs {
+        for h in 0..2i64 {
+            for (role, share) in [
+                ("source", 0.6),
+                ("target", 0.1),
+                ("query", 0.1),
+                ("other_letter", 0.2),
+            ] {
+                att.push((r.0.clone(), h, role, share));
+            }
+        }
+    }
+    let ab = TableBuilder::new(att.len())
+        .str("run_id", att.iter().map(|r| r.0.clone()).collect())
+        .i64("layer", vec![0; att.len()])
+        .i64("head", att.iter().map(|r| r.1).collect())
+        .str("role", att.iter().map(|r| r.2.to_string()).collect())
+        .f64("share", att.iter().map(|r| r.3).collect())
+        .build();
+    write_batch(&dir.join("attention.parquet"), &ab).unwrap();
     let m = spec.len();
     let sb = TableBuilder::new(m)
         .str("run_id", spec.iter().map(|r| r.0.clone()).collect())
@@ -747,6 +769,8 @@ fn every_sweep_writes_its_figures_as_png_and_svg() {
     let ablation = svg("block-width", "ablation");
     assert!(ablation.contains("π/B band at θ = 0") && ablation.contains("B = 8"));
     assert!(svg("indirect-indexing", "accuracy-by-encoding").contains("chance (1/52)"));
+    let attention = svg("indirect-indexing", "attention");
+    assert!(attention.contains("L0h1") && attention.contains("answer letter"));
     assert!(svg("pi-self-similarity", "pi-accuracy").contains("fixed · igsm"));
     assert!(svg("length-extrapolation", "nll-vs-length").contains("training length 32"));
     let real = svg("real-sequences", "real-sequences-nll");
@@ -931,4 +955,49 @@ fn degenerate_data_draws_instead_of_hanging() {
         .expect("drawing degenerate data did not finish in 60 s");
     assert_eq!(written.unwrap(), 2);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The attention figure's panels: one per encoding × the settings that differ, groups (layer, head)
+/// as `layer · 64 + head`, bars = roles in `ATTENTION_ROLES` order, means over seeds; `rest` and
+/// unfinished runs are left out.
+#[test]
+fn attention_panels_average_seeds_per_encoding_and_shape() {
+    let runs = TableBuilder::new(4)
+        .str("run_id", s(&["a", "b", "c", "x"]))
+        .str("status", s(&["done", "done", "done", "failed"]))
+        .str("encoding", s(&["rope", "rope", "pope", "rope"]))
+        .i64("n_heads", vec![2, 2, 8, 2])
+        .i64("d_model", vec![64, 64, 64, 64])
+        .i64("seed", vec![0, 1, 0, 2])
+        .build();
+    let runs = Table::from_batches("runs", vec![runs]);
+    let rows: Vec<(&str, i64, i64, &str, f64)> = vec![
+        ("a", 1, 0, "target", 0.8),
+        ("b", 1, 0, "target", 0.4),
+        ("a", 1, 0, "rest", 0.2),
+        ("c", 0, 3, "source", 0.5),
+        ("x", 0, 0, "target", 1.0),
+    ];
+    let at = TableBuilder::new(rows.len())
+        .str("run_id", rows.iter().map(|r| r.0.to_string()).collect())
+        .i64("layer", rows.iter().map(|r| r.1).collect())
+        .i64("head", rows.iter().map(|r| r.2).collect())
+        .str("role", rows.iter().map(|r| r.3.to_string()).collect())
+        .f64("share", rows.iter().map(|r| r.4).collect())
+        .build();
+    let at = Table::from_batches("attention", vec![at]);
+    let panels = data::attention_panels(&at, &runs).unwrap();
+    let titles: Vec<&str> = panels.iter().map(|p| p.title.as_str()).collect();
+    // RoPE before PoPE (the lab's encoding order); only n_heads differs among finished runs.
+    assert_eq!(titles, ["rope n_heads=2", "pope n_heads=8"]);
+    assert_eq!(panels[0].ratios, vec![64.0]); // layer 1, head 0
+    assert_eq!(panels[1].ratios, vec![3.0]); // layer 0, head 3
+    let target = panels[0].cells[0][1].as_ref().unwrap();
+    assert!(close(target.mean, 0.6) && close(target.min, 0.4) && close(target.max, 0.8));
+    assert!(
+        panels[0].cells[0][0].is_none(),
+        "no source row for runs a, b"
+    );
+    assert!(close(panels[1].cells[0][0].as_ref().unwrap().mean, 0.5));
+    assert_eq!(panels[0].labels.len(), data::ATTENTION_ROLES.len());
 }

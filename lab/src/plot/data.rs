@@ -687,16 +687,29 @@ pub fn attention_panels(attention: &Table, runs: &Table) -> Result<Vec<BarPanel>
     let done = done_rows(runs)?;
     let ids = runs.strs("run_id")?;
     let encs = runs.strs("encoding")?;
-    let settings = ["n_layers", "d_model", "n_heads", "min_letters", "max_letters", "max_shift"];
+    let settings = [
+        "n_layers",
+        "d_model",
+        "n_heads",
+        "min_letters",
+        "max_letters",
+        "max_shift",
+    ];
     let mut values: Vec<Vec<Option<i64>>> = Vec::new();
     for c in settings {
-        values.push(if runs.has(c) { runs.i64s(c)? } else { vec![None; runs.rows()] });
+        values.push(if runs.has(c) {
+            runs.i64s(c)?
+        } else {
+            vec![None; runs.rows()]
+        });
     }
     let varies: Vec<bool> = values
         .iter()
         .map(|v| {
-            let set: std::collections::BTreeSet<_> =
-                (0..runs.rows()).filter(|&i| done[i]).map(|i| v[i]).collect();
+            let set: std::collections::BTreeSet<_> = (0..runs.rows())
+                .filter(|&i| done[i])
+                .map(|i| v[i])
+                .collect();
             set.len() > 1
         })
         .collect();

@@ -812,7 +812,7 @@ pub enum GroupAxis {
     /// Block width B in tokens, labelled `B = 16`.
     BlockWidth,
     /// A transformer layer and head, encoded as `layer · 64 + head`
-    /// ([`super::data::LAYER_HEAD_BASE`]), labelled `L0 h1`; the bars are attention shares.
+    /// ([`super::data::LAYER_HEAD_BASE`]), labelled `L0h1`; the bars are attention shares.
     LayerHead,
 }
 
@@ -824,7 +824,7 @@ impl GroupAxis {
             GroupAxis::LayerHead => {
                 let g = v.round() as i64;
                 let base = super::data::LAYER_HEAD_BASE;
-                format!("L{} h{}", g / base, g % base)
+                format!("L{}h{}", g / base, g % base)
             }
         }
     }

@@ -232,7 +232,11 @@ pub fn layers_table(cfg: &RunConfig, out: &TrainOutcome) -> RecordBatch {
 /// ([`crate::indirect::final_token_attention`]).
 ///
 /// [`Role`]: crate::indirect::Role
-pub fn attention_table(cfg: &RunConfig, n_examples: usize, shares: &[Vec<[f64; 5]>]) -> RecordBatch {
+pub fn attention_table(
+    cfg: &RunConfig,
+    n_examples: usize,
+    shares: &[Vec<[f64; 5]>],
+) -> RecordBatch {
     let (mut layer, mut head, mut role, mut share) = (vec![], vec![], vec![], vec![]);
     for (l, heads) in shares.iter().enumerate() {
         for (h, by_role) in heads.iter().enumerate() {
