@@ -110,9 +110,161 @@ pub fn igsm_generation(
     }
 }
 
+/// What a character of an iGSM solution is, for teacher-forced accuracy by role (issue 19: which part
+/// of a solution the model gets wrong).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SolutionRole {
+    /// `=`, `;`, `#`, `.`: the grammar.
+    Structure,
+    /// A step's quantity name (which quantity comes next: the solution order).
+    Name,
+    /// A step's definition `l+r` (copied from the problem statement).
+    Definition,
+    /// A number copied from earlier: a leaf's value, or the operand values `lv+rv` of a step.
+    Value,
+    /// The value an operation computes (mod-23 arithmetic).
+    Result,
+    /// The answer's digits after `#`.
+    Answer,
+}
+
+impl SolutionRole {
+    /// Every role, in table order.
+    pub const ALL: [SolutionRole; 6] = [
+        SolutionRole::Structure,
+        SolutionRole::Name,
+        SolutionRole::Definition,
+        SolutionRole::Value,
+        SolutionRole::Result,
+        SolutionRole::Answer,
+    ];
+
+    /// Short name (`runs.parquet` columns `acc_tf_<name>`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SolutionRole::Structure => "structure",
+            SolutionRole::Name => "name",
+            SolutionRole::Definition => "definition",
+            SolutionRole::Value => "value",
+            SolutionRole::Result => "result",
+            SolutionRole::Answer => "answer",
+        }
+    }
+}
+
+/// The role of each character of an iGSM completion (the grammar of [`tasks::igsm`]): steps
+/// `name=value;` (a leaf) or `name=l∘r=lv∘rv=result;`, then `#answer.`.
+pub fn solution_roles(completion: &str) -> Vec<SolutionRole> {
+    use SolutionRole::*;
+    let mut roles = Vec::with_capacity(completion.len());
+    let (steps, answer) = match completion.rfind('#') {
+        Some(k) => (&completion[..k], &completion[k..]),
+        None => (completion, ""),
+    };
+    for step in steps.split_inclusive(';') {
+        let body = step.strip_suffix(';').unwrap_or(step);
+        let parts: Vec<&str> = body.split('=').collect();
+        let part_roles: &[SolutionRole] = if parts.len() == 4 {
+            &[Name, Definition, Value, Result]
+        } else {
+            &[Name, Value]
+        };
+        for (i, part) in parts.iter().enumerate() {
+            if i > 0 {
+                roles.push(Structure); // '='
+            }
+            let r = part_roles.get(i).copied().unwrap_or(Structure);
+            roles.extend(std::iter::repeat_n(r, part.len()));
+        }
+        if step.ends_with(';') {
+            roles.push(Structure);
+        }
+    }
+    for c in answer.chars() {
+        roles.push(if c.is_ascii_digit() {
+            Answer
+        } else {
+            Structure
+        });
+    }
+    roles
+}
+
+/// Teacher-forced argmax accuracy on the solution characters of the first `n` held-out iGSM problems,
+/// by [`SolutionRole`]: `(scored, right)` per role in [`SolutionRole::ALL`] order. The model sees the
+/// reference solution up to each character (not its own), so this locates errors that greedy decoding
+/// then compounds.
+///
+/// # Panics
+/// If `cfg` is not an iGSM run.
+pub fn igsm_accuracy_by_role(
+    model: &Transformer,
+    cfg: &RunConfig,
+    device: &Device,
+    n: usize,
+) -> [(usize, usize); 6] {
+    let TaskGen::Igsm(task) = cfg.task() else {
+        panic!("igsm_accuracy_by_role needs an igsm run");
+    };
+    let model = model.valid();
+    let device = device.clone().inner();
+    let seq = cfg.seq_len;
+    let mut out = [(0usize, 0usize); 6];
+    for start in (0..n).step_by(64) {
+        let rows = (n - start).min(64);
+        let problems: Vec<_> = (start..start + rows)
+            .map(|i| {
+                task.sample(cfg.seed, Split::Eval, i as u64)
+                    .expect("config validated")
+            })
+            .collect();
+        let mut ids = Vec::with_capacity(rows * seq);
+        for p in &problems {
+            let ex = task.encode_problem(p).expect("a drawn problem encodes");
+            ids.extend(ex.input.iter().map(|&t| t as i64));
+        }
+        let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [rows, seq]), &device);
+        let pred = model
+            .forward(tokens)
+            .argmax(2)
+            .into_data()
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .expect("argmax gives integers");
+        for (row, p) in problems.iter().enumerate() {
+            let (prompt, completion) = (p.prompt(), p.completion());
+            let want =
+                tasks::igsm::encode_str(&completion).expect("completion is in the vocabulary");
+            for (j, role) in solution_roles(&completion).into_iter().enumerate() {
+                // Completion character j is the target at position len(prompt) + j − 1.
+                let t = prompt.len() + j - 1;
+                let r = &mut out[role as usize];
+                r.0 += 1;
+                r.1 += usize::from(pred[row * seq + t] == want[j] as i64);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn solution_roles_of_the_doc_example() {
+        use SolutionRole::*;
+        let c = "a=5;b=3;c=a+b=5+3=8;#8.";
+        let r = solution_roles(c);
+        assert_eq!(r.len(), c.len());
+        let (s, n, d, v, x, a) = (Structure, Name, Definition, Value, Result, Answer);
+        #[rustfmt::skip]
+        let want = [n, s, v, s,  n, s, v, s,  n, s, d, d, d, s, v, v, v, s, x, s,  s, a, s];
+        assert_eq!(r, want);
+        // Two-digit values and names keep one role per character.
+        let r = solution_roles("xy=12;#12.");
+        assert_eq!(r, [n, n, s, v, v, s, s, a, a, s]);
+    }
 
     #[test]
     fn parse_answer_reads_the_number_after_the_last_hash() {
@@ -140,6 +292,25 @@ mod tests {
         let model = cfg.model().init(cfg.seed, &device);
         let g = igsm_generation(&model, &cfg, &device, 3);
         assert_eq!(g.n, 3);
+        // Teacher forcing scores every completion character once, by role.
+        let by_role = igsm_accuracy_by_role(&model, &cfg, &device, 3);
+        let TaskGen::Igsm(task) = cfg.task() else {
+            unreachable!()
+        };
+        let chars: usize = (0..3)
+            .map(|i| {
+                task.sample(cfg.seed, Split::Eval, i)
+                    .unwrap()
+                    .completion()
+                    .len()
+            })
+            .sum();
+        assert_eq!(by_role.iter().map(|r| r.0).sum::<usize>(), chars);
+        assert!(by_role.iter().all(|&(n, right)| right <= n));
+        assert!(
+            by_role[SolutionRole::Result as usize].0 >= 3 * 2,
+            "ops = 2: two results each"
+        );
         assert!((0.0..=1.0).contains(&g.answer_accuracy));
         assert!(g.solution_valid <= g.answer_accuracy + 1e-12);
     }

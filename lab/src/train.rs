@@ -556,6 +556,10 @@ pub struct TrainOutcome {
     pub answer_accuracy: Option<f64>,
     /// iGSM only: share of greedy-decoded solutions that pass the checker.
     pub solution_valid: Option<f64>,
+    /// iGSM only: teacher-forced accuracy on the solution's characters by
+    /// [`crate::decode::SolutionRole`] (in `SolutionRole::ALL` order; `NaN` for a role with no
+    /// character), set by the sweep runner.
+    pub solution_role_accuracy: Option<[f64; 6]>,
     /// Indirect indexing only: held-out accuracy on examples with shift `k = 0` (the answer is the
     /// query letter; set by the sweep runner, see [`crate::indirect`]).
     pub acc_shift0: Option<f64>,
@@ -797,6 +801,7 @@ pub fn train(
         probe_ms: probe_ms.iter().sum::<f64>() / probe_ms.len().max(1) as f64,
         answer_accuracy: None,
         solution_valid: None,
+        solution_role_accuracy: None,
         acc_shift0: None,
         acc_shift_nonzero: None,
         converged_step,

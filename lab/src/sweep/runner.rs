@@ -284,6 +284,22 @@ pub fn run_one(
         );
         out.answer_accuracy = Some(g.answer_accuracy);
         out.solution_valid = Some(g.solution_valid);
+        let by_role = crate::decode::igsm_accuracy_by_role(&model, cfg, &device, n);
+        let acc = by_role.map(|(scored, right)| right as f64 / scored as f64);
+        eprintln!(
+            "teacher-forced accuracy by part of the solution: {}",
+            crate::decode::SolutionRole::ALL
+                .iter()
+                .zip(&by_role)
+                .map(|(r, &(scored, right))| format!(
+                    "{} {:.3} (n={scored})",
+                    r.name(),
+                    right as f64 / scored.max(1) as f64
+                ))
+                .collect::<Vec<_>>()
+                .join("  ")
+        );
+        out.solution_role_accuracy = Some(acc);
     }
     if cfg.task.kind() == crate::config::TaskKind::Indirect && out.status == RunStatus::Done {
         let n = (cfg.eval_batches * cfg.batch_size).clamp(256, 1024);
@@ -434,6 +450,7 @@ fn record_crash(
         probe_ms: 0.0,
         answer_accuracy: None,
         solution_valid: None,
+        solution_role_accuracy: None,
         acc_shift0: None,
         acc_shift_nonzero: None,
         converged_step: None,
