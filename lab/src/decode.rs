@@ -152,6 +152,22 @@ impl SolutionRole {
     }
 }
 
+/// `name 0.680 (n=1189)  definition …` for [`igsm_accuracy_by_role`]'s counts.
+pub fn describe_roles(by_role: &[(usize, usize); 6]) -> String {
+    SolutionRole::ALL
+        .iter()
+        .zip(by_role)
+        .map(|(r, &(scored, right))| {
+            format!(
+                "{} {:.3} (n={scored})",
+                r.name(),
+                right as f64 / scored.max(1) as f64
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("  ")
+}
+
 /// The role of each character of an iGSM completion (the grammar of [`tasks::igsm`]): steps
 /// `name=value;` (a leaf) or `name=l∘r=lv∘rv=result;`, then `#answer.`.
 pub fn solution_roles(completion: &str) -> Vec<SolutionRole> {
@@ -311,6 +327,11 @@ mod tests {
             by_role[SolutionRole::Result as usize].0 >= 3 * 2,
             "ops = 2: two results each"
         );
+        let line = describe_roles(&[(4, 2), (2, 1), (0, 0), (1, 1), (5, 0), (1, 1)]);
+        assert!(
+            line.starts_with("structure 0.500 (n=4)  name 0.500 (n=2)  definition 0.000 (n=0)")
+        );
+        assert!(line.ends_with("result 0.000 (n=5)  answer 1.000 (n=1)"));
         assert!((0.0..=1.0).contains(&g.answer_accuracy));
         assert!(g.solution_valid <= g.answer_accuracy + 1e-12);
     }

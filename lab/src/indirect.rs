@@ -184,8 +184,10 @@ pub fn roles(s: &tasks::indirect::IndirectSample, seq_len: usize) -> Vec<Option<
 
 /// Mean attention of the final prompt token (the position that predicts the answer) on each [`Role`],
 /// per layer and head, over the first `n` held-out examples with shift `k ≠ 0` (at `k = 0` source and
-/// target coincide). `shares[layer][head][role]` sums to 1 over roles (the final token's row is a
-/// causal softmax over the prompt). Materialises `seq × seq` scores per head: for short prompts.
+/// target coincide), drawn from the first `20 · n` held-out examples. Returns the number of examples
+/// used and `shares[layer][head][role]`, which sums to 1 over roles (the final token's row is a causal
+/// softmax over the prompt); `(0, [])` when no example has `k ≠ 0` (`max_shift = 0`). Materialises
+/// `seq × seq` scores per head: for short prompts.
 ///
 /// # Panics
 /// If `cfg` is not an indirect-indexing run.
@@ -201,7 +203,7 @@ pub fn final_token_attention(
     let model = model.valid();
     let device = device.clone().inner();
     let seq = cfg.seq_len;
-    let samples: Vec<_> = (0u64..)
+    let samples: Vec<_> = (0..20 * n as u64)
         .map(|i| {
             task.sample(cfg.seed, Split::Eval, i)
                 .expect("config validated")
@@ -209,6 +211,9 @@ pub fn final_token_attention(
         .filter(|s| s.shift != 0)
         .take(n)
         .collect();
+    if samples.is_empty() {
+        return (0, Vec::new());
+    }
     let (layers, heads) = (cfg.n_layers, cfg.n_heads);
     let mut shares = vec![vec![[0.0f64; 5]; heads]; layers];
     for chunk in samples.chunks(128) {
@@ -239,7 +244,7 @@ pub fn final_token_attention(
             }
         }
     }
-    let m = samples.len().max(1) as f64;
+    let m = samples.len() as f64;
     for layer in &mut shares {
         for head in layer.iter_mut() {
             head.iter_mut().for_each(|v| *v /= m);
@@ -308,6 +313,28 @@ mod tests {
             assert!((head.iter().sum::<f64>() - 1.0).abs() < 1e-4, "{head:?}");
             assert!(head.iter().all(|&v| v >= 0.0));
         }
+    }
+
+    /// With `max_shift = 0` every answer is the query letter: no example for the attention view.
+    #[test]
+    fn no_shifted_example_gives_no_attention_rows() {
+        let mut cfg = crate::config::tests::tiny();
+        cfg.task = crate::config::TaskConfig::Indirect(tasks::indirect::IndirectParams {
+            min_letters: 5,
+            max_letters: 5,
+            max_shift: 0,
+        });
+        cfg.vocab_size = tasks::indirect::vocab_size();
+        cfg.seq_len = 16;
+        cfg.validate().unwrap();
+        let device = Device::flex();
+        let model = cfg.model().init(cfg.seed, &device);
+        assert_eq!(
+            final_token_attention(&model, &cfg, &device, 8),
+            (0, Vec::new())
+        );
+        let a = accuracy_by_shift(&model, &cfg, &device, 10);
+        assert_eq!((a.n(), a.nonzero()), (10, None));
     }
 
     /// The split counts every example once and, on the first examples, agrees with the run's own

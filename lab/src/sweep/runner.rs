@@ -285,21 +285,12 @@ pub fn run_one(
         out.answer_accuracy = Some(g.answer_accuracy);
         out.solution_valid = Some(g.solution_valid);
         let by_role = crate::decode::igsm_accuracy_by_role(&model, cfg, &device, n);
-        let acc = by_role.map(|(scored, right)| right as f64 / scored as f64);
         eprintln!(
             "teacher-forced accuracy by part of the solution: {}",
-            crate::decode::SolutionRole::ALL
-                .iter()
-                .zip(&by_role)
-                .map(|(r, &(scored, right))| format!(
-                    "{} {:.3} (n={scored})",
-                    r.name(),
-                    right as f64 / scored.max(1) as f64
-                ))
-                .collect::<Vec<_>>()
-                .join("  ")
+            crate::decode::describe_roles(&by_role)
         );
-        out.solution_role_accuracy = Some(acc);
+        out.solution_role_accuracy =
+            Some(by_role.map(|(scored, right)| right as f64 / scored as f64));
     }
     if cfg.task.kind() == crate::config::TaskKind::Indirect && out.status == RunStatus::Done {
         let n = (cfg.eval_batches * cfg.batch_size).clamp(256, 1024);
@@ -311,10 +302,12 @@ pub fn run_one(
         out.acc_shift0 = a.shift0();
         out.acc_shift_nonzero = a.nonzero();
         let (n, shares) = crate::indirect::final_token_attention(&model, cfg, &device, 256);
-        results::write_batch(
-            &dir.join("attention.parquet"),
-            &results::tables::attention_table(cfg, n, &shares),
-        )?;
+        if n > 0 {
+            results::write_batch(
+                &dir.join("attention.parquet"),
+                &results::tables::attention_table(cfg, n, &shares),
+            )?;
+        }
     }
     if cfg.task.kind() == crate::config::TaskKind::Block {
         out.dep_width_mi = cfg.data_width_mi();
