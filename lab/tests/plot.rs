@@ -969,6 +969,10 @@ fn attention_panels_average_seeds_per_encoding_and_shape() {
         .i64("n_heads", vec![2, 2, 8, 2])
         .i64("d_model", vec![64, 64, 64, 64])
         .i64("seed", vec![0, 1, 0, 2])
+        .opt_str(
+            "pope_delta_init",
+            vec![None, None, Some("uniform".into()), None],
+        )
         .build();
     let runs = Table::from_batches("runs", vec![runs]);
     let rows: Vec<(&str, i64, i64, &str, f64)> = vec![
@@ -988,8 +992,12 @@ fn attention_panels_average_seeds_per_encoding_and_shape() {
     let at = Table::from_batches("attention", vec![at]);
     let panels = data::attention_panels(&at, &runs).unwrap();
     let titles: Vec<&str> = panels.iter().map(|p| p.title.as_str()).collect();
-    // RoPE before PoPE (the lab's encoding order); only n_heads differs among finished runs.
-    assert_eq!(titles, ["rope n_heads=2", "pope n_heads=8"]);
+    // RoPE before PoPE (the lab's encoding order); n_heads and δ's initialisation differ among
+    // finished runs (a setting a run does not have is left out of its title).
+    assert_eq!(
+        titles,
+        ["rope n_heads=2", "pope n_heads=8 pope_delta_init=uniform"]
+    );
     assert_eq!(panels[0].ratios, vec![64.0]); // layer 1, head 0
     assert_eq!(panels[1].ratios, vec![3.0]); // layer 0, head 3
     let target = panels[0].cells[0][1].as_ref().unwrap();

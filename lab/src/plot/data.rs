@@ -679,7 +679,8 @@ pub const ATTENTION_ROLES: [(&str, &str); 4] = [
 pub const LAYER_HEAD_BASE: i64 = 64;
 
 /// "What vs where" for indirect indexing (issue 18, item 3): one panel per encoding × model setting
-/// (the settings that differ between the runs: `n_layers`, `d_model`, `n_heads`, the rung), groups =
+/// (the settings that differ between the runs: `n_layers`, `d_model`, `n_heads`, the rung, `steps`,
+/// `batch_size`, `train_examples`, `pope_delta_init`), groups =
 /// (layer, head) encoded as `layer · 64 + head` ([`LAYER_HEAD_BASE`]), bars = the final token's mean
 /// attention on the source letter, the target letter, the query token and the other letters
 /// ([`ATTENTION_ROLES`]), over seeds. Rows: the `attention` table joined to finished `runs` by `run_id`.
@@ -694,13 +695,23 @@ pub fn attention_panels(attention: &Table, runs: &Table) -> Result<Vec<BarPanel>
         "min_letters",
         "max_letters",
         "max_shift",
+        "steps",
+        "batch_size",
+        "train_examples",
+        "pope_delta_init",
     ];
-    let mut values: Vec<Vec<Option<i64>>> = Vec::new();
+    // Every setting as text (integers and PoPE's δ initialisation alike), `None` where absent.
+    let mut values: Vec<Vec<Option<String>>> = Vec::new();
     for c in settings {
-        values.push(if runs.has(c) {
-            runs.i64s(c)?
-        } else {
+        values.push(if !runs.has(c) {
             vec![None; runs.rows()]
+        } else if c == "pope_delta_init" {
+            runs.strs(c)?
+        } else {
+            runs.i64s(c)?
+                .into_iter()
+                .map(|v| v.map(|x| x.to_string()))
+                .collect()
         });
     }
     let varies: Vec<bool> = values
@@ -708,7 +719,7 @@ pub fn attention_panels(attention: &Table, runs: &Table) -> Result<Vec<BarPanel>
         .map(|v| {
             let set: std::collections::BTreeSet<_> = (0..runs.rows())
                 .filter(|&i| done[i])
-                .map(|i| v[i])
+                .map(|i| v[i].clone())
                 .collect();
             set.len() > 1
         })
@@ -718,7 +729,7 @@ pub fn attention_panels(attention: &Table, runs: &Table) -> Result<Vec<BarPanel>
         if let (true, Some(id), Some(e)) = (done[i], &ids[i], &encs[i]) {
             let mut title = e.clone();
             for (c, (v, &vary)) in settings.iter().zip(values.iter().zip(&varies)) {
-                if let (true, Some(x)) = (vary, v[i]) {
+                if let (true, Some(x)) = (vary, &v[i]) {
                     title.push_str(&format!(" {c}={x}"));
                 }
             }
