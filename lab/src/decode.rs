@@ -18,6 +18,26 @@ use tasks::Split;
 use crate::config::{RunConfig, TaskGen};
 use crate::model::Transformer;
 
+/// The argmax token id at every position of `model`'s logits for token ids `ids` (row-major
+/// `[rows, width]`), as one row-major `Vec` of `rows · width` ids. `model` should be the inference
+/// copy (`Module::valid`) and `device` its device.
+pub fn argmax_ids(
+    model: &Transformer,
+    ids: Vec<i64>,
+    rows: usize,
+    width: usize,
+    device: &Device,
+) -> Vec<i64> {
+    let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [rows, width]), device);
+    model
+        .forward(tokens)
+        .argmax(2)
+        .into_data()
+        .convert::<i64>()
+        .try_to_vec::<i64>()
+        .expect("argmax gives integers")
+}
+
 /// Generated-solution metrics of an iGSM run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct IgsmGeneration {
@@ -76,15 +96,7 @@ pub fn igsm_generation(
             ids.extend(seqs[i].iter().map(|&t| t as i64));
             ids.extend(std::iter::repeat_n(0i64, width - seqs[i].len()));
         }
-        let tokens =
-            Tensor::<2, Int>::from_data(TensorData::new(ids, [active.len(), width]), &device);
-        let next = model
-            .forward(tokens)
-            .argmax(2)
-            .into_data()
-            .convert::<i64>()
-            .try_to_vec::<i64>()
-            .expect("argmax gives integers");
+        let next = argmax_ids(&model, ids, active.len(), width, &device);
         for (row, &i) in active.iter().enumerate() {
             let t = next[row * width + seqs[i].len() - 1] as u32;
             seqs[i].push(t);
@@ -239,14 +251,7 @@ pub fn igsm_accuracy_by_role(
             let ex = task.encode_problem(p).expect("a drawn problem encodes");
             ids.extend(ex.input.iter().map(|&t| t as i64));
         }
-        let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [rows, seq]), &device);
-        let pred = model
-            .forward(tokens)
-            .argmax(2)
-            .into_data()
-            .convert::<i64>()
-            .try_to_vec::<i64>()
-            .expect("argmax gives integers");
+        let pred = argmax_ids(&model, ids, rows, seq, &device);
         for (row, p) in problems.iter().enumerate() {
             let (prompt, completion) = (p.prompt(), p.completion());
             let want =

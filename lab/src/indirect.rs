@@ -105,14 +105,7 @@ pub fn accuracy_by_shift(
             ids.extend(ex.input.iter().map(|&x| x as i64));
             wanted.push((s.shift, t, ex.target[t]));
         }
-        let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [rows, seq]), &device);
-        let pred = model
-            .forward(tokens)
-            .argmax(2)
-            .into_data()
-            .convert::<i64>()
-            .try_to_vec::<i64>()
-            .expect("argmax gives integers");
+        let pred = crate::decode::argmax_ids(&model, ids, rows, seq, &device);
         for (row, &(k, t, target)) in wanted.iter().enumerate() {
             let e = by_shift.entry(k).or_default();
             e.0 += 1;
@@ -257,6 +250,20 @@ pub fn final_token_attention(
 mod tests {
     use super::*;
 
+    /// The tiny test model on an indirect rung (`seq_len` 16).
+    fn rung(min_letters: usize, max_letters: usize, max_shift: usize) -> RunConfig {
+        let mut cfg = crate::config::tests::tiny();
+        cfg.task = crate::config::TaskConfig::Indirect(tasks::indirect::IndirectParams {
+            min_letters,
+            max_letters,
+            max_shift,
+        });
+        cfg.vocab_size = tasks::indirect::vocab_size();
+        cfg.seq_len = 16;
+        cfg.validate().unwrap();
+        cfg
+    }
+
     #[test]
     fn accuracies_pool_the_right_shifts() {
         let a = ShiftAccuracy {
@@ -295,15 +302,7 @@ mod tests {
     /// Each (layer, head) row of shares is a probability over roles.
     #[test]
     fn final_token_shares_sum_to_one() {
-        let mut cfg = crate::config::tests::tiny();
-        cfg.task = crate::config::TaskConfig::Indirect(tasks::indirect::IndirectParams {
-            min_letters: 5,
-            max_letters: 8,
-            max_shift: 2,
-        });
-        cfg.vocab_size = tasks::indirect::vocab_size();
-        cfg.seq_len = 16;
-        cfg.validate().unwrap();
+        let cfg = rung(5, 8, 2);
         let device = Device::flex();
         let model = cfg.model().init(cfg.seed, &device);
         let (n, shares) = final_token_attention(&model, &cfg, &device, 40);
@@ -318,15 +317,7 @@ mod tests {
     /// With `max_shift = 0` every answer is the query letter: no example for the attention view.
     #[test]
     fn no_shifted_example_gives_no_attention_rows() {
-        let mut cfg = crate::config::tests::tiny();
-        cfg.task = crate::config::TaskConfig::Indirect(tasks::indirect::IndirectParams {
-            min_letters: 5,
-            max_letters: 5,
-            max_shift: 0,
-        });
-        cfg.vocab_size = tasks::indirect::vocab_size();
-        cfg.seq_len = 16;
-        cfg.validate().unwrap();
+        let cfg = rung(5, 5, 0);
         let device = Device::flex();
         let model = cfg.model().init(cfg.seed, &device);
         assert_eq!(
@@ -341,15 +332,7 @@ mod tests {
     /// evaluation stream (same seeds): an untrained model's shift-0 share matches the task's law.
     #[test]
     fn untrained_model_scores_every_example_once() {
-        let mut cfg = crate::config::tests::tiny();
-        cfg.task = crate::config::TaskConfig::Indirect(tasks::indirect::IndirectParams {
-            min_letters: 5,
-            max_letters: 5,
-            max_shift: 2,
-        });
-        cfg.vocab_size = tasks::indirect::vocab_size();
-        cfg.seq_len = 16;
-        cfg.validate().unwrap();
+        let cfg = rung(5, 5, 2);
         let device = Device::flex();
         let model = cfg.model().init(cfg.seed, &device);
         let a = accuracy_by_shift(&model, &cfg, &device, 300);

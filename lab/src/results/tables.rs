@@ -59,37 +59,23 @@ pub fn runs_row(cfg: &RunConfig, meta: &RunMeta, out: &TrainOutcome) -> RecordBa
         .str("status", vec![status])
         .opt_i64("fail_step", vec![fail_step])
         .opt_str("fail_reason", vec![fail_reason]);
-    config_columns(t, cfg)
+    let t = config_columns(t, cfg)
         .opt_f64("final_train_loss", vec![last_train.map(|p| p.loss)])
         .opt_f64("final_eval_loss", vec![last.map(|e| e.loss)])
         .opt_f64("final_eval_accuracy", vec![last.map(|e| e.accuracy)])
         .opt_f64("answer_accuracy", vec![out.answer_accuracy])
-        .opt_f64("solution_valid", vec![out.solution_valid])
-        .opt_f64(
-            "acc_tf_structure",
-            vec![out.solution_role_accuracy.map(|a| a[0])],
-        )
-        .opt_f64(
-            "acc_tf_name",
-            vec![out.solution_role_accuracy.map(|a| a[1])],
-        )
-        .opt_f64(
-            "acc_tf_definition",
-            vec![out.solution_role_accuracy.map(|a| a[2])],
-        )
-        .opt_f64(
-            "acc_tf_value",
-            vec![out.solution_role_accuracy.map(|a| a[3])],
-        )
-        .opt_f64(
-            "acc_tf_result",
-            vec![out.solution_role_accuracy.map(|a| a[4])],
-        )
-        .opt_f64(
-            "acc_tf_answer",
-            vec![out.solution_role_accuracy.map(|a| a[5])],
-        )
-        .opt_f64("acc_shift0", vec![out.acc_shift0])
+        .opt_f64("solution_valid", vec![out.solution_valid]);
+    // iGSM's teacher-forced accuracy by part of the solution: `acc_tf_<role>`.
+    let t = crate::decode::SolutionRole::ALL
+        .iter()
+        .enumerate()
+        .fold(t, |t, (i, role)| {
+            t.opt_f64(
+                &format!("acc_tf_{}", role.name()),
+                vec![out.solution_role_accuracy.map(|a| a[i])],
+            )
+        });
+    t.opt_f64("acc_shift0", vec![out.acc_shift0])
         .opt_f64("acc_shift_nonzero", vec![out.acc_shift_nonzero])
         .opt_f64("init_eval_loss", vec![init.map(|e| e.loss)])
         .opt_f64(
