@@ -60,7 +60,8 @@ bench-gpu:
 	bash bench/gpu.sh
 
 # The offline CUDA build for a GPU machine without Rust or network (issue 20; not in .ci/run: ~40 min
-# cold, as reported for the same steps by hand). Writes .gpu-sdk/ (SDK, separate target dir) and .gpu/ (lab.xz and the device-side scripts).
+# cold, as reported for the same steps by hand). Writes .gpu-sdk/ (SDK, separate target dir) and .gpu/
+# (lab.xz and the device-side scripts).
 gpu-bundle:
 	bash scripts/gpu-bundle.sh
 

@@ -14,7 +14,8 @@
 # Everything lives in git-ignored folders of the checkout: `.gpu-sdk/` (wheels, the unpacked SDK, the
 # XDG_DATA_HOME, a separate CARGO_TARGET_DIR so the CPU build's target/ is untouched) and `.gpu/` (the bundle:
 # `lab.xz`, the stripped binary compressed with xz -9, and the device-side scripts). A cold build by hand took
-# 41 min on 2 cores (issue 20's report); this script's full build is not timed yet. Not part of .ci/run; `make check-cuda` (type-check only) is.
+# 41 min on 2 cores (issue 20's report); this script's full build is not timed yet. Not part of .ci/run;
+# `make check-cuda` (type-check only) is.
 #
 # Usage: bash scripts/gpu-bundle.sh [--setup-only]     (or: make gpu-bundle)
 #   --setup-only   download and unpack the SDK, write the marker, check llvm-config; no cargo build.
