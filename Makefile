@@ -46,11 +46,13 @@ test:
 	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements-test.txt
 	$(CARGO) test --release --workspace
 
-# The CubeCL kernels (lab/src/kernels/cube.rs) against the reference attention. Needs a Vulkan
+# The CubeCL kernels (lab/src/kernels/cube.rs) against the reference attention, then the binary's own
+# `lab selfcheck --backend wgpu` (the test already built that binary: no second build). Needs a Vulkan
 # driver; Mesa's lavapipe (Debian: mesa-vulkan-drivers libvulkan1) runs it on the CPU. A separate
 # cargo feature: the first build adds ~15 minutes.
 test-wgpu:
 	$(CARGO) test --release -p lab --features wgpu --test cube_attention
+	$(CARGO) run --release -p lab --features wgpu -- selfcheck --backend wgpu
 
 # The same tests through burn's fused CubeCL backend (the configuration the `cuda` feature uses).
 test-wgpu-fusion:

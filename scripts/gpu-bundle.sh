@@ -78,6 +78,15 @@ rm -f "$OUT/lab" "$OUT/lab.xz"
 cp "$CARGO_TARGET_DIR/release/lab" "$OUT/lab"
 strip "$OUT/lab"
 stripped=$(stat -c %s "$OUT/lab")
+# What the binary needs of the GPU machine's C and C++ runtimes (gpu.sh checks them there). LLVM is C++: if the
+# binary links libstdc++, ship this machine's (Debian bookworm, GCC 12) for a GPU machine whose is older.
+need_glibc=$(objdump -T "$OUT/lab" | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -1)
+need_glibcxx=$(objdump -T "$OUT/lab" | grep -o 'GLIBCXX_[0-9.]*' | sort -Vu | tail -1 || true)
+rm -rf "$OUT/lib"
+if ldd "$OUT/lab" | grep -q 'libstdc++'; then
+    mkdir -p "$OUT/lib"
+    cp -L "$(g++ -print-file-name=libstdc++.so.6)" "$OUT/lib/libstdc++.so.6"
+fi
 xz -9 -T2 -f "$OUT/lab"
 cp bench/gpu.sh bench/gpu_attention.py bench/torch_baseline.py "$OUT/"
 # The sweep files the binary reads at run time, and the README's results schemas.
@@ -87,6 +96,7 @@ total=$(du -sb "$OUT" | cut -f1)
 {
     echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(cat "$OUT/COMMIT" 2>/dev/null || echo '?')"
     echo "cargo build: ${build_s} s; whole script: $(( $(date +%s) - t0 )) s"
+    echo "needs ${need_glibc:-?} and ${need_glibcxx:-no libstdc++}; shipped lib/: $(ls "$OUT/lib" 2>/dev/null | tr '\n' ' ')"
     echo "stripped binary: $(( stripped / 1048576 )) MiB; lab.xz: $(( $(stat -c %s "$OUT/lab.xz") / 1048576 )) MiB; bundle: $(( total / 1048576 )) MiB"
 } | tee "$OUT/BUILD.txt"
 if (( total > MAX_BUNDLE_MIB * 1048576 )); then

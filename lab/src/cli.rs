@@ -170,6 +170,17 @@ pub enum Cmd {
         /// Results folder B.
         b: PathBuf,
     },
+    /// The fused attention kernels (forward and backward, every encoding) and two training steps
+    /// on a backend, against burn's reference attention on the CPU; max errors and pass/fail.
+    /// Exit status 1 when a check fails.
+    #[command(
+        after_help = "Examples:\n  lab selfcheck\n  lab selfcheck --backend wgpu\n  lab selfcheck --backend cuda"
+    )]
+    Selfcheck {
+        /// Backend to check (`wgpu` and `cuda` need the cargo features of the same names).
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
+    },
     /// Benchmarks.
     Bench {
         #[command(subcommand)]
@@ -312,6 +323,80 @@ pub enum SplitArg {
     Eval,
 }
 
+impl BenchCmd {
+    /// Run the benchmark; its JSON line.
+    pub fn run(self) -> anyhow::Result<String> {
+        match self {
+            BenchCmd::TrainStep {
+                sweep,
+                preset,
+                attention,
+                threads,
+                steps,
+                warmup,
+                backend,
+            } => {
+                let threads = threads.map_or_else(
+                    || std::thread::available_parallelism().map_or(1, |n| n.get()),
+                    usize::from,
+                );
+                let json = lab::sweep::commands::bench_train_step_json(
+                    &sweep,
+                    &preset,
+                    attention.kernel(),
+                    threads,
+                    warmup as usize,
+                    steps as usize,
+                    backend,
+                )?;
+                Ok(json.to_string())
+            }
+            BenchCmd::Attention {
+                backend,
+                seq,
+                batch,
+                heads,
+                head_dim,
+                encodings,
+                warmup,
+                iters,
+            } => {
+                let encodings: Vec<&str> = encodings.split(',').map(str::trim).collect();
+                if let Some(bad) = encodings
+                    .iter()
+                    .find(|e| !lab::bench::BENCH_ENCODINGS.contains(e))
+                {
+                    anyhow::bail!(
+                        "--encodings: unknown encoding `{bad}` (allowed: {})",
+                        lab::bench::BENCH_ENCODINGS.join(", ")
+                    );
+                }
+                let device = backend.device()?;
+                let mut lines = Vec::new();
+                for l in seq.into_iter().map(|l| l as usize) {
+                    for &enc in &encodings {
+                        let r = lab::bench::bench_attention(
+                            &device,
+                            backend.name(),
+                            enc,
+                            [batch as usize, heads as usize, l, head_dim as usize],
+                            warmup as usize,
+                            iters as usize,
+                        )
+                        .map_err(anyhow::Error::msg)?;
+                        eprintln!(
+                            "bench attention: {enc} seq {l}: fwd {:.3} ms, fwd+bwd {:.3} ms",
+                            r.fwd_ms, r.fwd_bwd_ms
+                        );
+                        lines.push(serde_json::to_string(&r)?);
+                    }
+                }
+                Ok(lines.join("\n"))
+            }
+        }
+    }
+}
+
 #[derive(Subcommand)]
 pub enum BenchCmd {
     /// Time the whole training step (forward, backward, AdamW) of a sweep preset's model and print
@@ -342,6 +427,38 @@ pub enum BenchCmd {
         /// Compute backend (`wgpu` and `cuda` need the cargo features of the same names).
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
+    },
+    /// Time the fused attention op the model calls (forward, and forward + backward), median ms
+    /// over `--iters` synced calls, one JSON line per (seq, encoding): the Rust kernels on `cpu`,
+    /// the CubeCL kernels on `wgpu` / `cuda`. Shape `[batch, heads, seq, head_dim]`, f32.
+    #[command(
+        after_help = "Examples:\n  lab bench attention --seq 256,1024 --encodings rope,pope\n  lab bench attention --backend cuda --seq 1024,4096,16384 --batch 4 --heads 8 --head-dim 64"
+    )]
+    Attention {
+        /// Compute backend (`wgpu` and `cuda` need the cargo features of the same names).
+        #[arg(long, value_enum, default_value_t = Backend::Cpu)]
+        backend: Backend,
+        /// Sequence lengths, comma-separated (each 1..=1048576).
+        #[arg(long, value_delimiter = ',', default_value = "256,1024", value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+        seq: Vec<u32>,
+        /// Batch size (1..=4096).
+        #[arg(long, allow_negative_numbers = true, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        batch: u32,
+        /// Heads (1..=1024).
+        #[arg(long, allow_negative_numbers = true, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        heads: u32,
+        /// Per-head dims (even, 2..=256).
+        #[arg(long, allow_negative_numbers = true, default_value_t = 32, value_parser = clap::value_parser!(u32).range(2..=256))]
+        head_dim: u32,
+        /// Encodings, comma-separated: nope, rope, pope, tapa, tapa-linear.
+        #[arg(long, default_value = "nope,rope,pope,tapa")]
+        encodings: String,
+        /// Untimed warm-up calls (0..=1000).
+        #[arg(long, allow_negative_numbers = true, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=1000))]
+        warmup: u32,
+        /// Timed calls (1..=10000); the median is reported.
+        #[arg(long, allow_negative_numbers = true, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        iters: u32,
     },
 }
 

@@ -38,6 +38,34 @@ pub fn argmax_ids(
         .expect("argmax gives integers")
 }
 
+/// Which iGSM problems a decoding metric is measured on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProblemSet {
+    /// Held-out structures: [`Split::Eval`] from index 0, the run's evaluation problems (no
+    /// problem of a template seen in training; `tasks::igsm`, "Train/eval split by structure").
+    HeldOut,
+    /// Unseen problems of *training* structures: [`Split::Train`] from index
+    /// [`TRAIN_STRUCTURES_START`], past every index training draws (`step · batch_size + i`), so
+    /// the problems are new but their templates were trained on (issue 19's R27: is the failure
+    /// in-distribution or a failure to generalise to new structures?).
+    TrainStructures,
+}
+
+/// First [`Split::Train`] index of [`ProblemSet::TrainStructures`] (2⁴⁰, beyond any run's
+/// `steps · batch_size`).
+pub const TRAIN_STRUCTURES_START: u64 = 1 << 40;
+
+impl ProblemSet {
+    /// Problem `i` of this set.
+    fn sample(self, task: &tasks::igsm::IgsmConfig, seed: u64, i: u64) -> tasks::igsm::Problem {
+        let (split, index) = match self {
+            ProblemSet::HeldOut => (Split::Eval, i),
+            ProblemSet::TrainStructures => (Split::Train, TRAIN_STRUCTURES_START + i),
+        };
+        task.sample(seed, split, index).expect("config validated")
+    }
+}
+
 /// Generated-solution metrics of an iGSM run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct IgsmGeneration {
@@ -61,7 +89,7 @@ pub fn parse_answer(text: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// Greedy-decode the first `n` held-out problems of an iGSM run and score them.
+/// Greedy-decode the first `n` problems of `set` of an iGSM run and score them.
 ///
 /// # Panics
 /// If `cfg` is not an iGSM run (callers check `cfg.task`).
@@ -70,6 +98,7 @@ pub fn igsm_generation(
     cfg: &RunConfig,
     device: &Device,
     n: usize,
+    set: ProblemSet,
 ) -> IgsmGeneration {
     let TaskGen::Igsm(task) = cfg.task() else {
         panic!("igsm_generation needs an igsm run");
@@ -77,10 +106,7 @@ pub fn igsm_generation(
     let model = model.valid();
     let device = device.clone().inner();
     let problems: Vec<_> = (0..n as u64)
-        .map(|i| {
-            task.sample(cfg.seed, Split::Eval, i)
-                .expect("config validated")
-        })
+        .map(|i| set.sample(&task, cfg.seed, i))
         .collect();
     let end = tasks::igsm::encode('.').expect("'.' is in the vocabulary");
     let mut seqs: Vec<Vec<u32>> = problems
@@ -218,7 +244,7 @@ pub fn solution_roles(completion: &str) -> Vec<SolutionRole> {
     roles
 }
 
-/// Teacher-forced argmax accuracy on the solution characters of the first `n` held-out iGSM problems,
+/// Teacher-forced argmax accuracy on the solution characters of the first `n` iGSM problems of `set`,
 /// by [`SolutionRole`]: `(scored, right)` per role in [`SolutionRole::ALL`] order. The model sees the
 /// reference solution up to each character (not its own), so this locates errors that greedy decoding
 /// then compounds.
@@ -230,6 +256,7 @@ pub fn igsm_accuracy_by_role(
     cfg: &RunConfig,
     device: &Device,
     n: usize,
+    set: ProblemSet,
 ) -> [(usize, usize); 6] {
     let TaskGen::Igsm(task) = cfg.task() else {
         panic!("igsm_accuracy_by_role needs an igsm run");
@@ -241,10 +268,7 @@ pub fn igsm_accuracy_by_role(
     for start in (0..n).step_by(64) {
         let rows = (n - start).min(64);
         let problems: Vec<_> = (start..start + rows)
-            .map(|i| {
-                task.sample(cfg.seed, Split::Eval, i as u64)
-                    .expect("config validated")
-            })
+            .map(|i| set.sample(&task, cfg.seed, i as u64))
             .collect();
         let mut ids = Vec::with_capacity(rows * seq);
         for p in &problems {
@@ -311,10 +335,10 @@ mod tests {
         cfg.validate().unwrap();
         let device = Device::flex();
         let model = cfg.model().init(cfg.seed, &device);
-        let g = igsm_generation(&model, &cfg, &device, 3);
+        let g = igsm_generation(&model, &cfg, &device, 3, ProblemSet::HeldOut);
         assert_eq!(g.n, 3);
         // Teacher forcing scores every completion character once, by role.
-        let by_role = igsm_accuracy_by_role(&model, &cfg, &device, 3);
+        let by_role = igsm_accuracy_by_role(&model, &cfg, &device, 3, ProblemSet::HeldOut);
         let TaskGen::Igsm(task) = cfg.task() else {
             unreachable!()
         };
@@ -339,5 +363,35 @@ mod tests {
         assert!(line.ends_with("result 0.000 (n=5)  answer 1.000 (n=1)"));
         assert!((0.0..=1.0).contains(&g.answer_accuracy));
         assert!(g.solution_valid <= g.answer_accuracy + 1e-12);
+    }
+
+    /// The training-structure problems are new problems (not the first training batches) whose
+    /// templates all lie in the training part, and held-out problems' templates in the eval part.
+    #[test]
+    fn problem_sets_draw_from_their_split() {
+        let task = tasks::igsm::IgsmConfig {
+            ops: 2,
+            distractors: 0,
+            ..Default::default()
+        };
+        let first_train = task.sample(0, Split::Train, 0).unwrap();
+        for i in 0..20 {
+            let seen = ProblemSet::TrainStructures.sample(&task, 0, i);
+            assert_eq!(task.split_of(seen.structure_hash()), Split::Train);
+            let held = ProblemSet::HeldOut.sample(&task, 0, i);
+            assert_eq!(task.split_of(held.structure_hash()), Split::Eval);
+            assert_eq!(
+                held.prompt(),
+                task.sample(0, Split::Eval, i).unwrap().prompt()
+            );
+        }
+        let seen0 = ProblemSet::TrainStructures.sample(&task, 0, 0);
+        assert_ne!(seen0.prompt(), first_train.prompt());
+        assert_eq!(
+            seen0.prompt(),
+            task.sample(0, Split::Train, TRAIN_STRUCTURES_START)
+                .unwrap()
+                .prompt()
+        );
     }
 }

@@ -8,11 +8,13 @@
 //! ([`model::scaling`]); [`generate`] prints any task's examples; [`kernels`] holds the fused
 //! attention kernels and [`fast`] the whole-step CPU training path built on them; [`plot`] draws
 //! each sweep's figures and [`report`] a sweep's one-page HTML report, [`compare`] two results folders; [`mi`] measures the data's mutual-information profiles (`lab mi`);
-//! [`section`] nests a task's and an encoding's flat parameters into their config sections.
+//! [`bench`] times the fused attention op (`lab bench attention`), [`selfcheck`] checks a
+//! backend's kernels and training step against the reference (`lab selfcheck`); [`section`] nests a task's and an encoding's flat parameters into their config sections.
 
 #![warn(missing_docs)]
 
 pub mod analysis;
+pub mod bench;
 pub mod checkpoint;
 pub mod compare;
 pub mod config;
@@ -30,6 +32,7 @@ pub mod probe;
 pub mod report;
 pub mod results;
 pub mod section;
+pub mod selfcheck;
 pub mod store;
 pub mod sweep;
 pub mod task;

@@ -125,35 +125,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("{}", lab::compare::compare_text(&a, &b)?);
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Bench {
-            command:
-                BenchCmd::TrainStep {
-                    sweep: sweep_name,
-                    preset,
-                    attention,
-                    threads,
-                    steps,
-                    warmup,
-                    backend,
-                },
-        } => {
-            let threads = threads.map_or_else(
-                || std::thread::available_parallelism().map_or(1, |n| n.get()),
-                usize::from,
-            );
-            let (warmup, steps) = (warmup as usize, steps as usize);
-            let attention = attention.kernel();
-            let json = cmds::bench_train_step_json(
-                &sweep_name,
-                &preset,
-                attention,
-                threads,
-                warmup,
-                steps,
-                backend,
-            )?;
-            println!("{json}");
+        Cmd::Bench { command } => {
+            println!("{}", command.run()?);
             Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Selfcheck { backend } => {
+            let report = lab::selfcheck::run(backend)?;
+            println!("{}", report.text());
+            Ok(ok(report.passed()))
         }
         Cmd::Status {
             name,

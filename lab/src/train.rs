@@ -560,6 +560,13 @@ pub struct TrainOutcome {
     /// [`crate::decode::SolutionRole`] (in `SolutionRole::ALL` order; `NaN` for a role with no
     /// character), set by the sweep runner.
     pub solution_role_accuracy: Option<[f64; 6]>,
+    /// iGSM only: answer accuracy of greedy-decoded solutions of unseen problems of *training*
+    /// structures ([`crate::decode::ProblemSet::TrainStructures`]), beside `answer_accuracy` on
+    /// held-out structures.
+    pub answer_accuracy_train_structures: Option<f64>,
+    /// iGSM only: teacher-forced accuracy on the definitions (copied from the problem) of the same
+    /// training-structure problems.
+    pub acc_tf_definition_train_structures: Option<f64>,
     /// Indirect indexing only: held-out accuracy on examples with shift `k = 0` (the answer is the
     /// query letter; set by the sweep runner, see [`crate::indirect`]).
     pub acc_shift0: Option<f64>,
@@ -802,6 +809,8 @@ pub fn train(
         answer_accuracy: None,
         solution_valid: None,
         solution_role_accuracy: None,
+        answer_accuracy_train_structures: None,
+        acc_tf_definition_train_structures: None,
         acc_shift0: None,
         acc_shift_nonzero: None,
         converged_step,

@@ -443,6 +443,84 @@ fn bench_train_step_prints_the_model_shape() {
     assert!((tps - expect).abs() < 1e-6 * expect);
 }
 
+/// `lab bench attention`: one JSON line per (seq, encoding), in that order, with the shape asked
+/// for; an unknown encoding is one line naming the allowed ones.
+#[test]
+fn bench_attention_prints_one_line_per_case() {
+    let o = lab()
+        .args([
+            "bench",
+            "attention",
+            "--seq",
+            "8,16",
+            "--heads",
+            "2",
+            "--head-dim",
+            "8",
+            "--encodings",
+            "rope,pope",
+            "--warmup",
+            "0",
+            "--iters",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let cases: Vec<(String, u64)> = lines
+        .iter()
+        .map(|v| {
+            (
+                v["encoding"].as_str().unwrap().to_string(),
+                v["seq"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [("rope", 8), ("pope", 8), ("rope", 16), ("pope", 16)];
+    assert_eq!(cases, want.map(|(e, l)| (e.to_string(), l)));
+    for v in &lines {
+        assert_eq!(
+            (
+                v["batch"].as_u64(),
+                v["heads"].as_u64(),
+                v["head_dim"].as_u64()
+            ),
+            (Some(1), Some(2), Some(8))
+        );
+        assert_eq!(v["backend"], "cpu");
+        assert!(v["fwd_ms"].as_f64().unwrap() > 0.0 && v["fwd_bwd_ms"].as_f64().unwrap() > 0.0);
+    }
+    let o = lab()
+        .args(["bench", "attention", "--encodings", "alibi", "--iters", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("unknown encoding `alibi` (allowed: nope, rope, pope, tapa, tapa-linear)"),
+        "{stderr}"
+    );
+}
+
+/// `lab selfcheck` on the CPU: every check passes, exit status 0, the summary line last.
+#[test]
+fn selfcheck_cpu_passes() {
+    let o = lab().args(["selfcheck"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let last = stdout.trim_end().lines().last().unwrap();
+    assert!(last.starts_with("all 187 checks passed on cpu"), "{last}");
+}
+
 /// A sweep with `[[evals]]` (pi-self-similarity, smoke): every run is evaluated at the listed
 /// lengths and scalings after training; rows land in `evals.parquet`, scalings change the RoPE
 /// numbers, and a re-run skips everything (evaluations included).

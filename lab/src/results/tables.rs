@@ -75,51 +75,59 @@ pub fn runs_row(cfg: &RunConfig, meta: &RunMeta, out: &TrainOutcome) -> RecordBa
                 vec![out.solution_role_accuracy.map(|a| a[i])],
             )
         });
-    t.opt_f64("acc_shift0", vec![out.acc_shift0])
-        .opt_f64("acc_shift_nonzero", vec![out.acc_shift_nonzero])
-        .opt_f64("init_eval_loss", vec![init.map(|e| e.loss)])
-        .opt_f64(
-            "effective_freq",
-            vec![last.map(|e| e.summary.effective_freq)],
-        )
-        .opt_f64(
-            "effective_freq_init",
-            vec![init.map(|e| e.summary.effective_freq)],
-        )
-        .opt_f64(
-            "effective_freq_batch_sd",
-            vec![last.map(|e| e.effective_freq_batch_sd)],
-        )
-        .opt_f64("spectrum_entropy", vec![last.map(|e| e.summary.entropy)])
-        .opt_f64(
-            "spectrum_entropy_init",
-            vec![init.map(|e| e.summary.entropy)],
-        )
-        .opt_f64("argmax_freq", vec![last.map(|e| e.summary.argmax_freq)])
-        .opt_i64("steps_done", vec![last_train.map(|p| p.step as i64)])
-        .opt_i64("converged_step", vec![out.converged_step.map(|s| s as i64)])
-        .opt_i64(
-            "positional_layer",
-            vec![pos.as_ref().map(|p| p.layer as i64)],
-        )
-        .opt_f64(
-            "effective_freq_positional",
-            vec![pos.as_ref().map(|p| p.effective_freq)],
-        )
-        .opt_f64("positional_kl", vec![pos.as_ref().map(|p| p.kl)])
-        .opt_i64("dep_width_mi", vec![out.dep_width_mi.map(|w| w as i64)])
-        .f64(
-            "reference_freq",
-            vec![std::f64::consts::PI / cfg.dep_width() as f64],
-        )
-        .f64("wall_time_s", vec![out.wall_time_s])
-        .f64("ms_per_step", vec![out.ms_per_step])
-        .f64("tokens_per_s", vec![out.tokens_per_s])
-        .f64("probe_ms", vec![out.probe_ms])
-        .str("backend", vec![meta.backend.clone()])
-        .str("lab_version", vec![env!("CARGO_PKG_VERSION").to_string()])
-        .str("config_json", vec![cfg.canonical_json()])
-        .build()
+    t.opt_f64(
+        "answer_accuracy_train_structures",
+        vec![out.answer_accuracy_train_structures],
+    )
+    .opt_f64(
+        "acc_tf_definition_train_structures",
+        vec![out.acc_tf_definition_train_structures],
+    )
+    .opt_f64("acc_shift0", vec![out.acc_shift0])
+    .opt_f64("acc_shift_nonzero", vec![out.acc_shift_nonzero])
+    .opt_f64("init_eval_loss", vec![init.map(|e| e.loss)])
+    .opt_f64(
+        "effective_freq",
+        vec![last.map(|e| e.summary.effective_freq)],
+    )
+    .opt_f64(
+        "effective_freq_init",
+        vec![init.map(|e| e.summary.effective_freq)],
+    )
+    .opt_f64(
+        "effective_freq_batch_sd",
+        vec![last.map(|e| e.effective_freq_batch_sd)],
+    )
+    .opt_f64("spectrum_entropy", vec![last.map(|e| e.summary.entropy)])
+    .opt_f64(
+        "spectrum_entropy_init",
+        vec![init.map(|e| e.summary.entropy)],
+    )
+    .opt_f64("argmax_freq", vec![last.map(|e| e.summary.argmax_freq)])
+    .opt_i64("steps_done", vec![last_train.map(|p| p.step as i64)])
+    .opt_i64("converged_step", vec![out.converged_step.map(|s| s as i64)])
+    .opt_i64(
+        "positional_layer",
+        vec![pos.as_ref().map(|p| p.layer as i64)],
+    )
+    .opt_f64(
+        "effective_freq_positional",
+        vec![pos.as_ref().map(|p| p.effective_freq)],
+    )
+    .opt_f64("positional_kl", vec![pos.as_ref().map(|p| p.kl)])
+    .opt_i64("dep_width_mi", vec![out.dep_width_mi.map(|w| w as i64)])
+    .f64(
+        "reference_freq",
+        vec![std::f64::consts::PI / cfg.dep_width() as f64],
+    )
+    .f64("wall_time_s", vec![out.wall_time_s])
+    .f64("ms_per_step", vec![out.ms_per_step])
+    .f64("tokens_per_s", vec![out.tokens_per_s])
+    .f64("probe_ms", vec![out.probe_ms])
+    .str("backend", vec![meta.backend.clone()])
+    .str("lab_version", vec![env!("CARGO_PKG_VERSION").to_string()])
+    .str("config_json", vec![cfg.canonical_json()])
+    .build()
 }
 
 /// A run's positional layer (docs/analysis-rules.md, R2) and its spectrum's θ_eff.

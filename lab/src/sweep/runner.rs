@@ -275,7 +275,8 @@ pub fn run_one(
     if cfg.task.kind() == crate::config::TaskKind::Igsm && out.status == RunStatus::Done {
         let n = (cfg.eval_batches * cfg.batch_size).min(256);
         let t0 = Instant::now();
-        let g = crate::decode::igsm_generation(&model, cfg, &device, n);
+        let held_out = crate::decode::ProblemSet::HeldOut;
+        let g = crate::decode::igsm_generation(&model, cfg, &device, n, held_out);
         eprintln!(
             "greedy decoding of {n} held-out problems: answer accuracy {:.3}, valid solutions {:.3} ({:.1} s)",
             g.answer_accuracy,
@@ -284,13 +285,25 @@ pub fn run_one(
         );
         out.answer_accuracy = Some(g.answer_accuracy);
         out.solution_valid = Some(g.solution_valid);
-        let by_role = crate::decode::igsm_accuracy_by_role(&model, cfg, &device, n);
+        let by_role = crate::decode::igsm_accuracy_by_role(&model, cfg, &device, n, held_out);
         eprintln!(
             "teacher-forced accuracy by part of the solution: {}",
             crate::decode::describe_roles(&by_role)
         );
         out.solution_role_accuracy =
             Some(by_role.map(|(scored, right)| right as f64 / scored as f64));
+        // The same measures on new problems of training structures: in-distribution or not.
+        let seen = crate::decode::ProblemSet::TrainStructures;
+        let g = crate::decode::igsm_generation(&model, cfg, &device, n, seen);
+        let by_role = crate::decode::igsm_accuracy_by_role(&model, cfg, &device, n, seen);
+        let (scored, right) = by_role[crate::decode::SolutionRole::Definition as usize];
+        eprintln!(
+            "on {n} new problems of training structures: answer accuracy {:.3}, teacher-forced: {}",
+            g.answer_accuracy,
+            crate::decode::describe_roles(&by_role)
+        );
+        out.answer_accuracy_train_structures = Some(g.answer_accuracy);
+        out.acc_tf_definition_train_structures = Some(right as f64 / scored as f64);
     }
     if cfg.task.kind() == crate::config::TaskKind::Indirect && out.status == RunStatus::Done {
         let n = (cfg.eval_batches * cfg.batch_size).clamp(256, 1024);
@@ -444,6 +457,8 @@ fn record_crash(
         answer_accuracy: None,
         solution_valid: None,
         solution_role_accuracy: None,
+        answer_accuracy_train_structures: None,
+        acc_tf_definition_train_structures: None,
         acc_shift0: None,
         acc_shift_nonzero: None,
         converged_step: None,

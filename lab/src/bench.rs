@@ -1,0 +1,198 @@
+//! `lab bench attention`: wall time of the fused attention op the model calls
+//! ([`crate::kernels::positional_attention`]), forward and forward + backward, on any backend: the Rust
+//! kernels on `cpu`, the CubeCL kernels (autotuned strategy) on `wgpu` and `cuda`.
+//!
+//! Each timed call is followed by [`Device::sync`], so GPU times include the kernels' completion;
+//! the median over `iters` calls after `warmup` untimed ones is reported. Inputs are uniform in ±1
+//! (f32), PoPE's δ spread over [−2π, 0), the encodings' frequencies from `rope_base` 10000 with the
+//! rotate-half layout, TAPA with `tapa_alpha` 0.1 on half the head dims.
+
+use std::time::Instant;
+
+use burn::tensor::{Device, Tensor, TensorData};
+use rand::{Rng, SeedableRng};
+
+use crate::model::{
+    AttentionKernel, Encoding, EncodingConfig, ModelConfig, PairLayout, PositionalAttention,
+    TapaPhase,
+};
+
+/// The encodings `lab bench attention` times.
+pub const BENCH_ENCODINGS: [&str; 5] = ["nope", "rope", "pope", "tapa", "tapa-linear"];
+
+/// One timing of the fused attention op.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AttentionBench {
+    /// `nope`, `rope`, `pope`, `tapa` (quadratic phase) or `tapa-linear`.
+    pub encoding: String,
+    /// `cpu`, `wgpu` or `cuda`.
+    pub backend: String,
+    /// `op`: the model's fused op (on `wgpu`/`cuda` the CubeCL launch layout it autotunes).
+    pub strategy: &'static str,
+    /// Always `f32`.
+    pub dtype: &'static str,
+    /// Shape `[batch, heads, seq, head_dim]` of q, k, v.
+    pub batch: usize,
+    /// Heads.
+    pub heads: usize,
+    /// Sequence length (query and key positions `0..seq`).
+    pub seq: usize,
+    /// Per-head dims.
+    pub head_dim: usize,
+    /// Median ms of a forward call (with sync).
+    pub fwd_ms: f64,
+    /// Median ms of a forward and a backward call of `Σ out ⊙ G` (with sync).
+    pub fwd_bwd_ms: f64,
+}
+
+fn median(mut t: Vec<f64>) -> f64 {
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
+fn time_ms(mut f: impl FnMut(), warmup: usize, iters: usize, device: &Device) -> f64 {
+    for _ in 0..warmup {
+        f();
+    }
+    let _ = device.sync();
+    let times = (0..iters.max(1))
+        .map(|_| {
+            let t0 = Instant::now();
+            f();
+            let _ = device.sync();
+            t0.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    median(times)
+}
+
+/// Time the fused attention op for `encoding` (one of [`BENCH_ENCODINGS`]) at `shape`
+/// `[batch, heads, seq, head_dim]` on `device` (plain; the backward runs on its autodiff wrapper).
+///
+/// # Errors
+/// An unknown encoding name (one line listing the allowed ones), or an odd `head_dim`.
+pub fn bench_attention(
+    device: &Device,
+    backend: &str,
+    encoding: &str,
+    shape: [usize; 4],
+    warmup: usize,
+    iters: usize,
+) -> Result<AttentionBench, String> {
+    let [b, h, l, d] = shape;
+    if d == 0 || d % 2 == 1 {
+        return Err(format!("--head-dim {d}: must be even and at least 2"));
+    }
+    let (kind, phase) = match encoding {
+        "nope" => (Encoding::Nope, TapaPhase::Quadratic),
+        "rope" => (Encoding::Rope, TapaPhase::Quadratic),
+        "pope" => (Encoding::Pope, TapaPhase::Quadratic),
+        "tapa" => (Encoding::Tapa, TapaPhase::Quadratic),
+        "tapa-linear" => (Encoding::Tapa, TapaPhase::Linear),
+        other => {
+            return Err(format!(
+                "--encodings: unknown encoding `{other}` (allowed: {})",
+                BENCH_ENCODINGS.join(", ")
+            ));
+        }
+    };
+    let cfg = ModelConfig {
+        nope_every: 0,
+        vocab_size: 8,
+        d_model: h * d,
+        n_layers: 1,
+        n_heads: h,
+        d_ff: 8,
+        encoding: EncodingConfig::for_kernel_checks(kind, phase),
+        rope_base: 10000.0,
+        pair_layout: PairLayout::RotateHalf,
+        attention: AttentionKernel::Fused,
+    };
+    let pos = PositionalAttention::new(&cfg, 0, &Device::flex());
+    let (kernel_encoding, delta) = pos.kernel_encoding();
+    // δ spread over [−2π, 0) (a fixed pattern: timing does not depend on its values).
+    let delta: Option<Vec<f32>> = delta.map(|_| {
+        (0..h * d)
+            .map(|i| -2.0 * std::f32::consts::PI * ((i % 7) as f32 / 7.0))
+            .collect()
+    });
+    let n = b * h * l * d;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let mut random = || -> Vec<f32> { (0..n).map(|_| rng.random_range(-1.0..1.0)).collect() };
+    let (q, k, v, g) = (random(), random(), random(), random());
+    let tensor =
+        |x: &[f32], dev: &Device| Tensor::<4>::from_data(TensorData::new(x.to_vec(), shape), dev);
+    let delta_on = |dev: &Device| {
+        delta
+            .as_ref()
+            .map(|x| Tensor::<1>::from_data(TensorData::new(x.clone(), [h * d]), dev))
+    };
+    let (tq, tk, tv) = (tensor(&q, device), tensor(&k, device), tensor(&v, device));
+    let td = delta_on(device);
+    let fwd_ms = time_ms(
+        || {
+            let _ = crate::kernels::positional_attention(
+                tq.clone(),
+                tk.clone(),
+                tv.clone(),
+                td.clone(),
+                kernel_encoding.clone(),
+            );
+        },
+        warmup,
+        iters,
+        device,
+    );
+    let ad = device.clone().autodiff();
+    let (aq, ak, av) = (
+        tensor(&q, &ad).require_grad(),
+        tensor(&k, &ad).require_grad(),
+        tensor(&v, &ad).require_grad(),
+    );
+    let (ag, adelta) = (tensor(&g, &ad), delta_on(&ad).map(|t| t.require_grad()));
+    let fwd_bwd_ms = time_ms(
+        || {
+            let out = crate::kernels::positional_attention(
+                aq.clone(),
+                ak.clone(),
+                av.clone(),
+                adelta.clone(),
+                kernel_encoding.clone(),
+            );
+            let _ = (out * ag.clone()).sum().backward();
+        },
+        warmup,
+        iters,
+        &ad,
+    );
+    Ok(AttentionBench {
+        encoding: encoding.to_string(),
+        backend: backend.to_string(),
+        strategy: "op",
+        dtype: "f32",
+        batch: b,
+        heads: h,
+        seq: l,
+        head_dim: d,
+        fwd_ms,
+        fwd_bwd_ms,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_attention_times_every_encoding_and_refuses_bad_input() {
+        for enc in BENCH_ENCODINGS {
+            let r = bench_attention(&Device::flex(), "cpu", enc, [1, 2, 16, 8], 0, 1).unwrap();
+            assert!(r.fwd_ms > 0.0 && r.fwd_bwd_ms > 0.0, "{r:?}");
+            assert_eq!((r.seq, r.head_dim), (16, 8));
+        }
+        let e = bench_attention(&Device::flex(), "cpu", "alibi", [1, 1, 4, 8], 0, 1).unwrap_err();
+        assert!(e.contains("allowed: nope, rope"), "{e}");
+        let e = bench_attention(&Device::flex(), "cpu", "rope", [1, 1, 4, 7], 0, 1).unwrap_err();
+        assert!(e.starts_with("--head-dim 7"), "{e}");
+    }
+}
