@@ -80,13 +80,31 @@ pub struct IgsmGeneration {
 /// The answer after the last `#` of a generated text, if it is a number followed by `.` (or the
 /// end of the text).
 pub fn parse_answer(text: &str) -> Option<u32> {
+    parse_answer_with(text, tasks::igsm::ValueFormat::Digits)
+}
+
+/// [`parse_answer`] for values written in `values`: digits, or one letter `A`..=`W` in
+/// [`tasks::igsm::ValueFormat::Letters`].
+pub fn parse_answer_with(text: &str, values: tasks::igsm::ValueFormat) -> Option<u32> {
     let after = &text[text.rfind('#')? + 1..];
-    let digits: String = after.chars().take_while(|c| c.is_ascii_digit()).collect();
-    let rest = &after[digits.len()..];
-    if digits.is_empty() || !(rest.is_empty() || rest.starts_with('.')) {
+    let lit: String = match values {
+        tasks::igsm::ValueFormat::Digits => {
+            after.chars().take_while(|c| c.is_ascii_digit()).collect()
+        }
+        tasks::igsm::ValueFormat::Letters => after
+            .chars()
+            .take(1)
+            .filter(|&c| values.is_value_char(c as u8))
+            .collect(),
+    };
+    let rest = &after[lit.len()..];
+    if lit.is_empty() || !(rest.is_empty() || rest.starts_with('.')) {
         return None;
     }
-    digits.parse().ok()
+    match values {
+        tasks::igsm::ValueFormat::Digits => lit.parse().ok(),
+        tasks::igsm::ValueFormat::Letters => Some(u32::from(lit.as_bytes()[0] - b'A')),
+    }
 }
 
 /// Greedy-decode the first `n` problems of `set` of an iGSM run and score them.
@@ -134,10 +152,10 @@ pub fn igsm_generation(
     let (mut right, mut valid) = (0usize, 0usize);
     for (p, s) in problems.iter().zip(&seqs) {
         let text = tasks::igsm::decode_ids(s).unwrap_or_default();
-        if parse_answer(&text) == Some(p.answer()) {
+        if parse_answer_with(&text, p.values) == Some(p.answer()) {
             right += 1;
         }
-        if tasks::igsm::check(&text).is_ok_and(|a| a == p.answer()) {
+        if tasks::igsm::check_with(&text, p.values).is_ok_and(|a| a == p.answer()) {
             valid += 1;
         }
     }
@@ -234,11 +252,12 @@ pub fn solution_roles(completion: &str) -> Vec<SolutionRole> {
             roles.push(Structure);
         }
     }
+    // `#`, the answer's characters (digits or one value letter), `.`.
     for c in answer.chars() {
-        roles.push(if c.is_ascii_digit() {
-            Answer
-        } else {
+        roles.push(if c == '#' || c == '.' {
             Structure
+        } else {
+            Answer
         });
     }
     roles
@@ -309,6 +328,11 @@ mod tests {
         // Two-digit values and names keep one role per character.
         let r = solution_roles("xy=12;#12.");
         assert_eq!(r, [n, n, s, v, v, s, s, a, a, s]);
+        // One token per value (`values = "letters"`): the answer letter is the answer.
+        let r = solution_roles("a=F;b=D;c=a+b=F+D=I;#I.");
+        #[rustfmt::skip]
+        let want = [n, s, v, s,  n, s, v, s,  n, s, d, d, d, s, v, v, v, s, x, s,  s, a, s];
+        assert_eq!(r, want);
     }
 
     #[test]
@@ -319,16 +343,33 @@ mod tests {
         assert_eq!(parse_answer("no answer"), None);
         assert_eq!(parse_answer("#."), None);
         assert_eq!(parse_answer("#12a."), None);
+        let letters = tasks::igsm::ValueFormat::Letters;
+        assert_eq!(parse_answer_with("c=a+b=F+D=I;#I.", letters), Some(8));
+        assert_eq!(parse_answer_with("#W", letters), Some(22));
+        assert_eq!(parse_answer_with("#X.", letters), None);
+        assert_eq!(parse_answer_with("#IJ.", letters), None);
+        assert_eq!(parse_answer_with("#8.", letters), None);
+        assert_eq!(parse_answer("#I."), None);
     }
 
     /// An untrained model decodes every problem to the end (the loop terminates) and scores in
     /// [0, 1]; the first problems are the held-out ones.
     #[test]
     fn untrained_model_decodes_and_terminates() {
+        for values in [
+            tasks::igsm::ValueFormat::Digits,
+            tasks::igsm::ValueFormat::Letters,
+        ] {
+            untrained_model_decodes_and_terminates_with(values);
+        }
+    }
+
+    fn untrained_model_decodes_and_terminates_with(values: tasks::igsm::ValueFormat) {
         let mut cfg = crate::config::tests::tiny();
         cfg.task = crate::config::TaskConfig::Igsm(tasks::igsm::IgsmParams {
             ops: 2,
             distractors: 0,
+            values,
         });
         cfg.vocab_size = 72;
         cfg.seq_len = 80;
@@ -356,6 +397,12 @@ mod tests {
             by_role[SolutionRole::Result as usize].0 >= 3 * 2,
             "ops = 2: two results each"
         );
+        // Every problem's answer is scored: one or two digits, or exactly one letter.
+        let answers = by_role[SolutionRole::Answer as usize].0;
+        match values {
+            tasks::igsm::ValueFormat::Letters => assert_eq!(answers, 3),
+            tasks::igsm::ValueFormat::Digits => assert!((3..=6).contains(&answers)),
+        }
         let line = describe_roles(&[(4, 2), (2, 1), (0, 0), (1, 1), (5, 0), (1, 1)]);
         assert!(
             line.starts_with("structure 0.500 (n=4)  name 0.500 (n=2)  definition 0.000 (n=0)")

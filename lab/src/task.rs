@@ -279,7 +279,13 @@ mod tests {
                 }),
             ),
             (TaskKind::Indirect, TaskConfig::Indirect(Default::default())),
-            (TaskKind::Igsm, TaskConfig::Igsm(Default::default())),
+            (
+                TaskKind::Igsm,
+                TaskConfig::Igsm(tasks::igsm::IgsmParams {
+                    values: tasks::igsm::ValueFormat::Letters,
+                    ..Default::default()
+                }),
+            ),
             (TaskKind::Needle, TaskConfig::Needle(Default::default())),
             (
                 TaskKind::Corpus,

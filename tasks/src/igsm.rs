@@ -94,6 +94,10 @@
 //! [`CHARS`] lists the characters of ids `1..=71` (`CHARS[id − 1]`); [`encode`], [`decode`],
 //! [`encode_str`] and [`decode_ids`] convert them.
 //!
+//! Values are written in decimal by default; with [`ValueFormat::Letters`] (`values = "letters"`)
+//! each value `0..=22` is the one character `A`..=`W` (`c=a+b;a=F;b=D;?c:a=F;b=D;c=a+b=F+D=I;#I.`),
+//! names are then lowercase, and [`check_with`] reads that format.
+//!
 //! # Example layout
 //!
 //! The full token sequence is `x = encode(render(problem))`, right-padded with [`PAD`] to length
@@ -322,6 +326,44 @@ pub struct Quantity {
     pub value: u32,
 }
 
+/// How values `0..=22` are written (issue 19's number-formatting lever).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ValueFormat {
+    /// Decimal, one or two digit characters (`0`..`22`), the original iGSM format.
+    #[default]
+    Digits,
+    /// One character per value: `A`..=`W` for `0..=22` (ids 27..=49 of the same vocabulary), so
+    /// each value is one token. Names are then lowercase only.
+    Letters,
+}
+
+impl ValueFormat {
+    /// `value` (in `0..=22`) as text: `"17"` or `"R"`.
+    pub fn render(self, value: u32) -> String {
+        match self {
+            ValueFormat::Digits => value.to_string(),
+            ValueFormat::Letters => char::from(b'A' + value as u8).to_string(),
+        }
+    }
+
+    /// Whether `c` is a character of a value in this format.
+    pub fn is_value_char(self, c: u8) -> bool {
+        match self {
+            ValueFormat::Digits => c.is_ascii_digit(),
+            ValueFormat::Letters => (b'A'..b'A' + MODULUS as u8).contains(&c),
+        }
+    }
+
+    /// `true` for [`ValueFormat::Digits`] (serde: the default is not written, so run ids of
+    /// digit-format runs are unchanged).
+    pub fn is_digits(&self) -> bool {
+        *self == ValueFormat::Digits
+    }
+}
+
 /// A structured problem: the DAG, the statement order and the question.
 ///
 /// Generated problems satisfy: `quantities` is in a topological order (operands have smaller
@@ -337,6 +379,9 @@ pub struct Problem {
     pub statement_order: Vec<usize>,
     /// Index of the quantity the question asks for.
     pub query: usize,
+    /// How the problem's values are written.
+    #[serde(default, skip_serializing_if = "ValueFormat::is_digits")]
+    pub values: ValueFormat,
 }
 
 /// Depth-first post-order of `query`'s dependencies (left operand first), `query` last.
@@ -476,7 +521,7 @@ impl Problem {
             s.push_str(&q.name);
             s.push('=');
             match q.def {
-                Def::Leaf => s.push_str(&q.value.to_string()),
+                Def::Leaf => s.push_str(&self.values.render(q.value)),
                 Def::Op { op, lhs, rhs } => {
                     s.push_str(&self.quantities[lhs].name);
                     s.push(op.symbol());
@@ -501,24 +546,29 @@ impl Problem {
             if let Def::Op { op, lhs, rhs } = q.def {
                 let (l, r) = (&self.quantities[lhs], &self.quantities[rhs]);
                 let o = op.symbol();
+                let f = |v| self.values.render(v);
                 s.push_str(&format!(
                     "{}{o}{}={}{o}{}=",
-                    l.name, r.name, l.value, r.value
+                    l.name,
+                    r.name,
+                    f(l.value),
+                    f(r.value)
                 ));
             }
-            s.push_str(&q.value.to_string());
+            s.push_str(&self.values.render(q.value));
             s.push(';');
         }
-        s.push_str(&format!("#{}.", self.answer()));
+        s.push_str(&format!("#{}.", self.values.render(self.answer())));
         s
     }
 
     /// Positions `t` of the example (see [`answer_positions`]) whose targets are the answer's
-    /// digits: `k .. k + d` where `k` is the index of `#` in the text and `d` the number of
-    /// digits of the answer (1 or 2).
+    /// characters: `k .. k + d` where `k` is the index of `#` in the text and `d` the number of
+    /// characters of the answer (1 or 2 digits; 1 letter).
     pub fn answer_positions(&self) -> Range<usize> {
-        let k = self.prompt().len() + self.completion().len() - self.answer().to_string().len() - 2;
-        k..k + self.answer().to_string().len()
+        let d = self.values.render(self.answer()).len();
+        let k = self.prompt().len() + self.completion().len() - d - 2;
+        k..k + d
     }
 }
 
@@ -528,18 +578,24 @@ pub fn render(problem: &Problem) -> String {
     problem.prompt() + &problem.completion()
 }
 
-/// The positions `t` of `example` whose targets are the answer digits (the targets right after
-/// the input `#`), or `None` if the input holds no `#` followed by a digit target.
+/// The positions `t` of `example` whose targets are the answer's characters (the targets right
+/// after the input `#`: digits, or one letter `A`..=`W` in [`ValueFormat::Letters`]), or `None`
+/// if the input holds no `#` followed by such a target.
 ///
 /// Answer accuracy: the model is right when its predictions at all of these positions equal
 /// the targets.
 pub fn answer_positions(example: &Example) -> Option<Range<usize>> {
     let hash = encode('#').expect("# is in the vocabulary");
     let k = example.input.iter().position(|&id| id == hash)?;
-    let is_digit = |id: u32| decode(id).is_some_and(|c| c.is_ascii_digit());
+    let is_value = |id: u32| {
+        decode(id).is_some_and(|c| {
+            ValueFormat::Digits.is_value_char(c as u8)
+                || ValueFormat::Letters.is_value_char(c as u8)
+        })
+    };
     let d = example.target[k..]
         .iter()
-        .take_while(|&&id| is_digit(id))
+        .take_while(|&&id| is_value(id))
         .count();
     (d > 0).then_some(k..k + d)
 }
@@ -587,6 +643,7 @@ pub enum CheckError {
 struct Parser<'a> {
     s: &'a [u8],
     pos: usize,
+    values: ValueFormat,
 }
 
 fn show(c: Option<u8>) -> String {
@@ -618,9 +675,18 @@ impl<'a> Parser<'a> {
         }
     }
 
+    /// Whether the next character starts a value.
+    fn at_value(&self) -> bool {
+        self.peek().is_some_and(|c| self.values.is_value_char(c))
+    }
+
     fn name(&mut self) -> Result<&'a str, CheckError> {
         let start = self.pos;
-        while self.peek().is_some_and(|c| c.is_ascii_alphabetic()) {
+        let letters = self.values == ValueFormat::Letters;
+        while self
+            .peek()
+            .is_some_and(|c| c.is_ascii_lowercase() || (!letters && c.is_ascii_uppercase()))
+        {
             self.pos += 1;
         }
         if start == self.pos {
@@ -631,6 +697,15 @@ impl<'a> Parser<'a> {
 
     fn value(&mut self) -> Result<u32, CheckError> {
         let start = self.pos;
+        if self.values == ValueFormat::Letters {
+            return match self.peek() {
+                Some(c) if self.values.is_value_char(c) => {
+                    self.pos += 1;
+                    Ok(u32::from(c - b'A'))
+                }
+                _ => Err(self.err("a value `A`..`W`")),
+            };
+        }
         while self.peek().is_some_and(|c| c.is_ascii_digit()) {
             self.pos += 1;
         }
@@ -683,16 +758,31 @@ enum Rhs<'a> {
 /// # Errors
 /// The first problem found, as a [`CheckError`].
 pub fn check(text: &str) -> Result<u32, CheckError> {
+    check_with(text, ValueFormat::Digits)
+}
+
+/// [`check`] for a text whose values are written in `values` (names are lowercase only in
+/// [`ValueFormat::Letters`]).
+///
+/// ```
+/// use tasks::igsm::{check_with, ValueFormat};
+/// assert_eq!(check_with("c=a+b;a=F;d=c*a;b=D;?c:a=F;b=D;c=a+b=F+D=I;#I.", ValueFormat::Letters), Ok(8));
+/// ```
+///
+/// # Errors
+/// As [`check`].
+pub fn check_with(text: &str, values: ValueFormat) -> Result<u32, CheckError> {
     let mut p = Parser {
         s: text.as_bytes(),
         pos: 0,
+        values,
     };
     // ---- problem ----
     let mut stmts: Vec<(&str, Rhs)> = Vec::new();
     loop {
         let name = p.name()?;
         p.expect(b'=')?;
-        let rhs = if p.peek().is_some_and(|c| c.is_ascii_digit()) {
+        let rhs = if p.at_value() {
             Rhs::Leaf(p.value()?)
         } else {
             let a = p.name()?;
@@ -916,6 +1006,9 @@ pub struct IgsmConfig {
     /// Context length (tokens): length of `input`, `target` and `mask`; at least
     /// [`IgsmConfig::min_seq_len`].
     pub seq_len: usize,
+    /// How values are written ([`ValueFormat::Letters`] needs a lowercase `alphabet`).
+    #[serde(default)]
+    pub values: ValueFormat,
 }
 
 impl Default for IgsmConfig {
@@ -927,6 +1020,7 @@ impl Default for IgsmConfig {
             name_len: 1,
             eval_fraction: 0.25,
             seq_len: 512,
+            values: ValueFormat::Digits,
         }
     }
 }
@@ -940,6 +1034,10 @@ pub struct IgsmParams {
     pub ops: usize,
     /// Quantities the question does not need.
     pub distractors: usize,
+    /// How values are written: `"digits"` (default; not serialised, so run ids are unchanged) or
+    /// `"letters"` (one token per value).
+    #[serde(skip_serializing_if = "ValueFormat::is_digits")]
+    pub values: ValueFormat,
 }
 
 impl Default for IgsmParams {
@@ -948,13 +1046,14 @@ impl Default for IgsmParams {
         IgsmParams {
             ops: c.ops,
             distractors: c.distractors,
+            values: c.values,
         }
     }
 }
 
 impl IgsmParams {
     /// Parameter names, in serialisation order (checked by a test).
-    pub const NAMES: &'static [&'static str] = &["ops", "distractors"];
+    pub const NAMES: &'static [&'static str] = &["ops", "distractors", "values"];
 
     /// The generator config for a run with context `seq_len`.
     pub fn config(&self, seq_len: usize) -> IgsmConfig {
@@ -962,6 +1061,7 @@ impl IgsmParams {
             ops: self.ops,
             distractors: self.distractors,
             seq_len,
+            values: self.values,
             ..IgsmConfig::default()
         }
     }
@@ -975,6 +1075,7 @@ impl IgsmConfig {
     /// ([`TaskError::Invalid`]: empty, a character outside `a–zA–Z`, or repeated), `name_len`
     /// (`1..=4`, then at least the smallest length giving [`IgsmConfig::max_quantities`]
     /// distinct names; [`TaskError::Invalid`] on `alphabet` if even 4 is too short),
+    /// an uppercase `alphabet` letter with [`ValueFormat::Letters`],
     /// `eval_fraction` (`0 < x < 1`), `seq_len` (`min_seq_len()..`), e.g.
     /// `seq_len = 100 is out of range: must be in 165.. (ops, distractors, name_len)`.
     pub fn validate(&self) -> Result<(), TaskError> {
@@ -1008,6 +1109,11 @@ impl IgsmConfig {
             }
             if !seen.insert(c) {
                 return Err(invalid(format!("{c:?} appears more than once")));
+            }
+            if self.values == ValueFormat::Letters && c.is_ascii_uppercase() {
+                return Err(invalid(format!(
+                    "{c:?} is uppercase: with values = \"letters\" the values are A-W, so names are lowercase a-z only"
+                )));
             }
         }
         if !(1..=MAX_NAME_LEN).contains(&self.name_len) {
@@ -1143,7 +1249,8 @@ impl IgsmConfig {
             message,
         };
         let text = render(problem);
-        check(&text).map_err(|e| invalid(format!("{text:?} fails the check: {e}")))?;
+        check_with(&text, problem.values)
+            .map_err(|e| invalid(format!("{text:?} fails the check: {e}")))?;
         if text.len() > self.seq_len {
             return Err(invalid(format!(
                 "text is {} tokens, longer than seq_len = {}",
@@ -1298,6 +1405,7 @@ impl IgsmConfig {
             quantities,
             statement_order,
             query,
+            values: self.values,
         })
     }
 }
@@ -1342,7 +1450,70 @@ mod tests {
             ],
             statement_order: vec![2, 0, 3, 1],
             query: 2,
+            values: ValueFormat::Digits,
         }
+    }
+
+    /// The doc problem with one token per value: 5 → `F`, 3 → `D`, 8 → `I`, by hand.
+    #[test]
+    fn letters_write_each_value_as_one_character() {
+        let p = Problem {
+            values: ValueFormat::Letters,
+            ..doc_problem()
+        };
+        let text = render(&p);
+        assert_eq!(text, "c=a+b;a=F;d=c*a;b=D;?c:a=F;b=D;c=a+b=F+D=I;#I.");
+        assert_eq!(check_with(&text, ValueFormat::Letters), Ok(8));
+        // The digit parser refuses it, and the letter parser refuses digits.
+        assert!(check(&text).is_err());
+        assert!(check_with(DOC_TEXT, ValueFormat::Letters).is_err());
+        // A wrong result is caught as in digits: 5 + 3 = 8 (`I`), not 9 (`J`).
+        let wrong = "c=a+b;a=F;d=c*a;b=D;?c:a=F;b=D;c=a+b=F+D=J;#J.";
+        assert!(matches!(
+            check_with(wrong, ValueFormat::Letters),
+            Err(CheckError::Step { step: 3, .. })
+        ));
+        // The answer is the one character after `#` (text index 43): the target of position 43.
+        assert_eq!(p.answer_positions(), 43..44);
+        assert_eq!(&text[43..45], "#I");
+        assert_eq!(ValueFormat::Letters.render(22), "W");
+        assert_eq!(ValueFormat::Letters.render(0), "A");
+    }
+
+    /// Generated letter-format problems check, have the same structure and answer as the digit
+    /// ones of the same seed and index, and are shorter; an uppercase alphabet is refused.
+    #[test]
+    fn letter_problems_match_digit_problems() {
+        let digits = IgsmConfig {
+            ops: 4,
+            distractors: 2,
+            ..IgsmConfig::default()
+        };
+        let letters = IgsmConfig {
+            values: ValueFormat::Letters,
+            ..digits.clone()
+        };
+        for i in 0..50 {
+            let (d, l) = (
+                digits.sample(3, Split::Train, i).unwrap(),
+                letters.sample(3, Split::Train, i).unwrap(),
+            );
+            assert_eq!(d.structure_hash(), l.structure_hash());
+            assert_eq!(
+                check_with(&render(&l), ValueFormat::Letters),
+                Ok(d.answer())
+            );
+            assert!(render(&l).len() <= render(&d).len());
+            assert!(!render(&l).bytes().any(|c| c.is_ascii_digit()));
+            let ex = letters.encode_problem(&l).unwrap();
+            assert_eq!(answer_positions(&ex), Some(l.answer_positions()));
+        }
+        let bad = IgsmConfig {
+            alphabet: "abcX".into(),
+            ..letters
+        };
+        let e = bad.validate().unwrap_err().to_string();
+        assert!(e.contains("alphabet") && e.contains("lowercase"), "{e}");
     }
 
     const DOC_TEXT: &str = "c=a+b;a=5;d=c*a;b=3;?c:a=5;b=3;c=a+b=5+3=8;#8.";
@@ -1832,6 +2003,7 @@ mod tests {
             ],
             statement_order: vec![4, 3, 2, 1, 0],
             query: 4,
+            values: ValueFormat::Digits,
         };
         assert_eq!(check(&render(&b)), Ok(11));
         assert_eq!(a.structure_hash(), b.structure_hash());
@@ -2010,6 +2182,7 @@ mod tests {
             ],
             statement_order: vec![0, 1, 2, 3],
             query: 2,
+            values: ValueFormat::Digits,
         };
         let tight = IgsmConfig {
             seq_len: 0,
