@@ -18,10 +18,11 @@
 # Either needs a CUDA driver (cubecl-cuda loads it and NVRTC at run time) and a CUDA build of
 # PyTorch >= 2.5 (FlexAttention) for the baselines. Writes into $OUT (default results/bench/gpu):
 # gpu.txt, ldd.txt, selfcheck.txt, cube.jsonl, torch.jsonl, ratios.txt,
-# train-step-lab-{fused,reference}.json, train-step-torch.jsonl.
+# train-step-lab-{fused,reference}.json, train-step-torch.jsonl, indirect-full.log (+ indirect-full/).
 #
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
-# BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine).
+# BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine), INDIRECT_S (seconds of indirect-indexing `full`, 150),
+# INDIRECT_JOBS (its runs at once on the GPU, 1).
 # Written without access to a GPU: check the first run's output (errors are recorded per step, not fatal).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -104,4 +105,18 @@ for attention in fused reference; do
     cat "$OUT/train-step-lab-$attention.json"
 done
 cp "$OUT/train-step-lab-fused.json" "$OUT/train-step-lab.json"
-"$PYTHON" "$HERE/torch_baseline.py" --shape "$OUT/train-step-lab.json" --device cuda | tee "$OUT/train-step-torch.jsonl"
+"$PYTHON" "$HERE/torch_baseline.py" --shape "$OUT/train-step-lab.json" --device cuda | tee "$OUT/train-step-torch.jsonl" \
+    || echo "PyTorch train-step failed"
+
+# As much of the indirect-indexing `full` preset (the PoPE paper's protocol) as fits in INDIRECT_S seconds, for
+# its throughput on this GPU: the log's per-step progress and ms/step; runs cut off by the limit are discarded
+# (results are written only when a run finishes) and a later `lab sweep` with the same --out resumes.
+echo "== indirect-indexing --preset full on $BACKEND for at most ${INDIRECT_S:-150} s"
+timeout "${INDIRECT_S:-150}" "$LAB" sweep indirect-indexing --preset full --backend "$BACKEND" --jobs "${INDIRECT_JOBS:-1}" \
+    --out "$OUT/indirect-full" > "$OUT/indirect-full.log" 2>&1 || echo "indirect-indexing stopped (exit $?; the limit is ${INDIRECT_S:-150} s)"
+tail -5 "$OUT/indirect-full.log" || true
+# Steps reached by each run in the time (its log.txt prints a line every eval_every / 10 steps or so).
+for log in "$OUT"/indirect-full/runs/*/log.txt; do
+    [[ -f "$log" ]] && echo "$(basename "$(dirname "$log")"): $(grep '^step' "$log" | tail -1)"
+done | tee "$OUT/indirect-full-steps.txt" || true
+
