@@ -21,9 +21,9 @@
 # train-step-lab-{fused,reference}.json, train-step-torch.jsonl, indirect-full.log (+ indirect-full/).
 #
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
-# BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine), INDIRECT_S (seconds of indirect-indexing `full`, 120),
+# BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine), INDIRECT_S (seconds of indirect-indexing `full`, 90),
 # INDIRECT_JOBS (its runs at once on the GPU, 1), SWEEP_S and SWEEP_JOBS (the default block-width sweep with that many
-# run processes sharing the GPU, for runs/hour: 120 s, 4).
+# run processes sharing the GPU, for runs/hour: 90 s, 4).
 # Written without access to a GPU: check the first run's output (errors are recorded per step, not fatal).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -109,12 +109,12 @@ cp "$OUT/train-step-lab-fused.json" "$OUT/train-step-lab.json"
 "$PYTHON" "$HERE/torch_baseline.py" --shape "$OUT/train-step-lab.json" --device cuda | tee "$OUT/train-step-torch.jsonl" \
     || echo "PyTorch train-step failed"
 
-# As much of the indirect-indexing `full` preset (the PoPE paper's protocol) as fits in INDIRECT_S (120) seconds, for
+# As much of the indirect-indexing `full` preset (the PoPE paper's protocol) as fits in INDIRECT_S (90) seconds, for
 # its throughput on this GPU: the log's per-step progress and ms/step; runs cut off by the limit are discarded
 # (results are written only when a run finishes) and a later `lab sweep` with the same --out resumes.
-echo "== indirect-indexing --preset full on $BACKEND for at most ${INDIRECT_S:-120} s"
-timeout "${INDIRECT_S:-120}" "$LAB" sweep indirect-indexing --preset full --backend "$BACKEND" --jobs "${INDIRECT_JOBS:-1}" \
-    --out "$OUT/indirect-full" > "$OUT/indirect-full.log" 2>&1 || echo "indirect-indexing stopped (exit $?; the limit is ${INDIRECT_S:-120} s)"
+echo "== indirect-indexing --preset full on $BACKEND for at most ${INDIRECT_S:-90} s"
+timeout "${INDIRECT_S:-90}" "$LAB" sweep indirect-indexing --preset full --backend "$BACKEND" --jobs "${INDIRECT_JOBS:-1}" \
+    --out "$OUT/indirect-full" > "$OUT/indirect-full.log" 2>&1 || echo "indirect-indexing stopped (exit $?; the limit is ${INDIRECT_S:-90} s)"
 tail -5 "$OUT/indirect-full.log" || true
 # Steps reached by each run in the time (its log.txt prints a line every eval_every / 10 steps or so).
 for log in "$OUT"/indirect-full/runs/*/log.txt; do
@@ -123,9 +123,9 @@ done | tee "$OUT/indirect-full-steps.txt" || true
 
 # Many small runs on one GPU: the default block-width sweep with SWEEP_JOBS run processes sharing the device, for
 # runs/hour against the CPU's (the 2-core VM: 40 runs in 6-8 min). Finished runs are counted from the log.
-echo "== block-width --preset quick on $BACKEND, ${SWEEP_JOBS:-4} runs at once, at most ${SWEEP_S:-120} s"
-timeout "${SWEEP_S:-120}" "$LAB" sweep block-width --backend "$BACKEND" --jobs "${SWEEP_JOBS:-4}" --no-progress \
+echo "== block-width --preset quick on $BACKEND, ${SWEEP_JOBS:-4} runs at once, at most ${SWEEP_S:-90} s"
+timeout "${SWEEP_S:-90}" "$LAB" sweep block-width --backend "$BACKEND" --jobs "${SWEEP_JOBS:-4}" --no-progress \
     --out "$OUT/block-width" > "$OUT/block-width.log" 2>&1 || echo "block-width stopped (exit $?)"
-echo "runs finished in ${SWEEP_S:-120} s with ${SWEEP_JOBS:-4} jobs: $(ls "$OUT"/block-width/runs/*/runs.parquet 2>/dev/null | wc -l)" \
+echo "runs finished in ${SWEEP_S:-90} s with ${SWEEP_JOBS:-4} jobs: $(ls "$OUT"/block-width/runs/*/runs.parquet 2>/dev/null | wc -l)" \
     | tee "$OUT/block-width-throughput.txt"
 
