@@ -77,18 +77,11 @@ struct Case {
 impl Case {
     fn new(encoding: Encoding, l: usize) -> Self {
         let n = B * H * l * D;
-        let cfg = ModelConfig {
-            nope_every: 0,
-            vocab_size: 8,
-            d_model: H * D,
-            n_layers: 1,
-            n_heads: H,
-            d_ff: 8,
-            encoding: EncodingConfig::for_kernel_checks(encoding, TapaPhase::Quadratic),
-            rope_base: 10000.0,
-            pair_layout: PairLayout::Adjacent,
-            attention: lab::model::AttentionKernel::Reference,
-        };
+        let cfg = ModelConfig::attention_only(
+            EncodingConfig::for_kernel_checks(encoding, TapaPhase::Quadratic),
+            H,
+            D,
+        );
         let device = Device::flex().autodiff();
         let pos = PositionalAttention::new(&cfg, 0, &device);
         let (enc, delta) = pos.kernel_encoding();

@@ -13,8 +13,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 
 use crate::model::{
-    AttentionKernel, Encoding, EncodingConfig, ModelConfig, PairLayout, PositionalAttention,
-    TapaPhase,
+    Encoding, EncodingConfig, ModelConfig, PairLayout, PositionalAttention, TapaPhase,
 };
 
 /// The encodings `lab bench attention` times.
@@ -97,16 +96,8 @@ pub fn bench_attention(
         }
     };
     let cfg = ModelConfig {
-        nope_every: 0,
-        vocab_size: 8,
-        d_model: h * d,
-        n_layers: 1,
-        n_heads: h,
-        d_ff: 8,
-        encoding: EncodingConfig::for_kernel_checks(kind, phase),
-        rope_base: 10000.0,
         pair_layout: PairLayout::RotateHalf,
-        attention: AttentionKernel::Fused,
+        ..ModelConfig::attention_only(EncodingConfig::for_kernel_checks(kind, phase), h, d)
     };
     let pos = PositionalAttention::new(&cfg, 0, &Device::flex());
     let (kernel_encoding, delta) = pos.kernel_encoding();
@@ -127,17 +118,20 @@ pub fn bench_attention(
             .as_ref()
             .map(|x| Tensor::<1>::from_data(TensorData::new(x.clone(), [h * d]), dev))
     };
+    let attend = |q: &Tensor<4>, k: &Tensor<4>, v: &Tensor<4>, delta: &Option<Tensor<1>>| {
+        crate::kernels::positional_attention(
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            delta.clone(),
+            kernel_encoding.clone(),
+        )
+    };
     let (tq, tk, tv) = (tensor(&q, device), tensor(&k, device), tensor(&v, device));
     let td = delta_on(device);
     let fwd_ms = time_ms(
         || {
-            let _ = crate::kernels::positional_attention(
-                tq.clone(),
-                tk.clone(),
-                tv.clone(),
-                td.clone(),
-                kernel_encoding.clone(),
-            );
+            let _ = attend(&tq, &tk, &tv, &td);
         },
         warmup,
         iters,
@@ -152,14 +146,9 @@ pub fn bench_attention(
     let (ag, adelta) = (tensor(&g, &ad), delta_on(&ad).map(|t| t.require_grad()));
     let fwd_bwd_ms = time_ms(
         || {
-            let out = crate::kernels::positional_attention(
-                aq.clone(),
-                ak.clone(),
-                av.clone(),
-                adelta.clone(),
-                kernel_encoding.clone(),
-            );
-            let _ = (out * ag.clone()).sum().backward();
+            let _ = (attend(&aq, &ak, &av, &adelta) * ag.clone())
+                .sum()
+                .backward();
         },
         warmup,
         iters,

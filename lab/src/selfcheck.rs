@@ -241,18 +241,11 @@ impl KernelCase {
             KernelCase::Partial { .. } => Encoding::PartialRope,
             KernelCase::PRope => Encoding::PRope,
         };
-        let mut cfg = ModelConfig {
-            nope_every: 0,
-            vocab_size: 8,
-            d_model: heads * head_dim,
-            n_layers: 1,
-            n_heads: heads,
-            d_ff: 8,
-            encoding: EncodingConfig::for_kernel_checks(encoding, TapaPhase::Quadratic),
-            rope_base: 10000.0,
-            pair_layout: PairLayout::Adjacent,
-            attention: AttentionKernel::Reference,
-        };
+        let mut cfg = ModelConfig::attention_only(
+            EncodingConfig::for_kernel_checks(encoding, TapaPhase::Quadratic),
+            heads,
+            head_dim,
+        );
         match self {
             KernelCase::Rope { layout, .. } => cfg.pair_layout = layout,
             KernelCase::Partial { layout } => {
@@ -401,53 +394,77 @@ fn compare_all(
     out
 }
 
-fn shape_name(shape: [usize; 4]) -> String {
-    format!("{}×{}×{}×{}", shape[0], shape[1], shape[2], shape[3])
+/// One comparison point of the attention groups: an encoding case at a shape of [`SHAPES`], its
+/// seeded inputs and the reference's values.
+struct ReferenceCase {
+    /// `<case> b×h×l×d`, the [`Check::case`] of its checks.
+    name: String,
+    shape: [usize; 4],
+    pos: PositionalAttention,
+    qkvg: [Vec<f32>; 4],
+    want: Reference,
+}
+
+/// Every case of [`KernelCase::ALL`] at every shape of [`SHAPES`], inputs drawn with `seed`, the
+/// reference computed on `Device::flex().autodiff()`.
+fn reference_cases(seed: u64) -> Vec<ReferenceCase> {
+    let ref_device = Device::flex().autodiff();
+    let mut out = Vec::new();
+    for case in KernelCase::ALL {
+        for &(b, h, l, d) in &SHAPES {
+            let shape = [b, h, l, d];
+            let pos = case.positional(h, d, &ref_device);
+            let qkvg = case.inputs(b * h * l * d, seed);
+            let want = reference(&pos, &qkvg, shape);
+            let name = format!("{} {b}×{h}×{l}×{d}", case.name());
+            out.push(ReferenceCase {
+                name,
+                shape,
+                pos,
+                qkvg,
+                want,
+            });
+        }
+    }
+    out
 }
 
 /// Group `extension`: the differentiable fused attention op on `device` (plain, not autodiff;
 /// the check wraps it) against the reference, every case of [`KernelCase::ALL`] at every shape of
 /// [`SHAPES`] (module docs).
 pub fn extension_checks(device: &Device) -> Vec<Check> {
-    let ref_device = Device::flex().autodiff();
     let dev = device.clone().autodiff();
     let mut checks = Vec::new();
-    for case in KernelCase::ALL {
-        for &(b, h, l, d) in &SHAPES {
-            let shape = [b, h, l, d];
-            let pos = case.positional(h, d, &ref_device);
-            let qkvg = case.inputs(b * h * l * d, 21);
-            let want = reference(&pos, &qkvg, shape);
-            let leaf = |x: &[f32]| {
-                Tensor::<4>::from_data(TensorData::new(x.to_vec(), shape), &dev).require_grad()
-            };
-            let (q, k, v) = (leaf(&qkvg[0]), leaf(&qkvg[1]), leaf(&qkvg[2]));
-            let (encoding, delta) = pos.kernel_encoding();
-            let delta = delta.map(|t| {
-                Tensor::<1>::from_data(TensorData::new(values(t), [h * d]), &dev).require_grad()
-            });
-            let out = crate::kernels::positional_attention(
-                q.clone(),
-                k.clone(),
-                v.clone(),
-                delta.clone(),
-                encoding,
-            );
-            let out_values = values(out.clone());
-            let g = Tensor::<4>::from_data(TensorData::new(qkvg[3].clone(), shape), &dev);
-            let grads = (out * g).sum().backward();
-            let got = (
-                out_values,
-                [
-                    grad_of(&q, &grads),
-                    grad_of(&k, &grads),
-                    grad_of(&v, &grads),
-                ],
-                delta.map(|t| grad_of(&t, &grads)),
-            );
-            let name = format!("{} {}", case.name(), shape_name(shape));
-            checks.extend(compare_all("extension", &name, got, &want));
-        }
+    for c in reference_cases(21) {
+        let (shape, qkvg) = (c.shape, &c.qkvg);
+        let hd = shape[1] * shape[3];
+        let leaf = |x: &[f32]| {
+            Tensor::<4>::from_data(TensorData::new(x.to_vec(), shape), &dev).require_grad()
+        };
+        let (q, k, v) = (leaf(&qkvg[0]), leaf(&qkvg[1]), leaf(&qkvg[2]));
+        let (encoding, delta) = c.pos.kernel_encoding();
+        let delta = delta
+            .map(|t| Tensor::<1>::from_data(TensorData::new(values(t), [hd]), &dev).require_grad());
+        let out = crate::kernels::positional_attention(
+            q.clone(),
+            k.clone(),
+            v.clone(),
+            delta.clone(),
+            encoding,
+        );
+        let out_values = values(out.clone());
+        let g = Tensor::<4>::from_data(TensorData::new(qkvg[3].clone(), shape), &dev);
+        let grads = (out * g).sum().backward();
+        let got = (
+            out_values,
+            [
+                grad_of(&q, &grads),
+                grad_of(&k, &grads),
+                grad_of(&v, &grads),
+            ],
+            delta.map(|t| grad_of(&t, &grads)),
+        );
+        checks.extend(compare_all("extension", &c.name, got, &c.want));
     }
     checks
 }
@@ -457,56 +474,34 @@ pub fn extension_checks(device: &Device) -> Vec<Check> {
 /// every shape (module docs).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub fn cube_kernel_checks(device: &Device) -> Vec<Check> {
-    use crate::kernels::cube::{self, CubeAttentionParams, CubePrimitives, CubeStrategy};
-    use burn::backend::Cube;
-    use burn_cubecl::tensor::CubeTensor;
+    use crate::kernels::cube::{self, CubeAttentionParams, CubeStrategy};
 
-    fn to_cube<const N: usize>(v: &[f32], shape: [usize; N], device: &Device) -> CubeTensor {
-        <Cube as CubePrimitives>::to_cube(
-            Tensor::<N>::from_data(TensorData::new(v.to_vec(), shape), device)
-                .try_into_primitive::<Cube>()
-                .expect("a wgpu or cuda tensor is a Cube primitive"),
-        )
-    }
-    fn from_cube(t: CubeTensor) -> Vec<f32> {
-        let n = burn::backend::TensorMetadata::shape(&t).num_dims();
-        let t = <Cube as CubePrimitives>::from_cube(t);
-        match n {
-            1 => values(Tensor::<1>::from_primitive::<Cube>(t)),
-            3 => values(Tensor::<3>::from_primitive::<Cube>(t)),
-            _ => values(Tensor::<4>::from_primitive::<Cube>(t)),
-        }
-    }
-    let ref_device = Device::flex().autodiff();
     let strategies = [
         ("kernel rows", CubeStrategy::Rows),
         ("kernel tiled", CubeStrategy::Tiled { tile: None }),
         ("kernel tiled-16", CubeStrategy::Tiled { tile: Some(16) }),
     ];
     let mut checks = Vec::new();
-    for case in KernelCase::ALL {
-        for &(b, h, l, d) in &SHAPES {
-            let shape = [b, h, l, d];
-            let pos = case.positional(h, d, &ref_device);
-            let qkvg = case.inputs(b * h * l * d, 11);
-            let want = reference(&pos, &qkvg, shape);
-            let (encoding, delta) = pos.kernel_encoding();
-            let delta = delta.map(|t| to_cube(&values(t), [h * d], device));
-            for (group, strategy) in strategies {
-                let mut params =
-                    CubeAttentionParams::from_kernel_encoding(encoding.clone(), delta.clone());
-                params.strategy = strategy;
-                let [q, k, v, g] = qkvg.each_ref().map(|x| to_cube(x, shape, device));
-                let (out, lse) = cube::forward(q.clone(), k.clone(), v.clone(), &params);
-                let grads = cube::backward(q, k, v, out.clone(), lse, g, &params);
-                let got = (
-                    from_cube(out),
-                    [grads.dq, grads.dk, grads.dv].map(from_cube),
-                    grads.ddelta.map(from_cube),
-                );
-                let name = format!("{} {}", case.name(), shape_name(shape));
-                checks.extend(compare_all(group, &name, got, &want));
-            }
+    for c in reference_cases(11) {
+        let shape = c.shape;
+        let (encoding, delta) = c.pos.kernel_encoding();
+        let delta = delta.map(|t| cube::host_to_cube(&values(t), [shape[1] * shape[3]], device));
+        for (group, strategy) in strategies {
+            let mut params =
+                CubeAttentionParams::from_kernel_encoding(encoding.clone(), delta.clone());
+            params.strategy = strategy;
+            let [q, k, v, g] = c
+                .qkvg
+                .each_ref()
+                .map(|x| cube::host_to_cube(x, shape, device));
+            let (out, lse) = cube::forward(q.clone(), k.clone(), v.clone(), &params);
+            let grads = cube::backward(q, k, v, out.clone(), lse, g, &params);
+            let got = (
+                cube::cube_to_host(out),
+                [grads.dq, grads.dk, grads.dv].map(cube::cube_to_host),
+                grads.ddelta.map(cube::cube_to_host),
+            );
+            checks.extend(compare_all(group, &c.name, got, &c.want));
         }
     }
     checks

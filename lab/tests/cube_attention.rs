@@ -10,10 +10,8 @@
 
 #![cfg(feature = "wgpu")]
 
-use burn::backend::Cube;
-use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
-use burn_cubecl::tensor::CubeTensor;
-use lab::kernels::cube::{self, CubeAttentionParams, CubeEncoding, CubePrimitives};
+use burn::tensor::{Device, DeviceKind};
+use lab::kernels::cube::{self, CubeAttentionParams, CubeEncoding, cube_to_host, host_to_cube};
 use lab::selfcheck::{self, Check};
 use lab::sweep::Backend;
 
@@ -32,24 +30,6 @@ fn assert_all_pass(checks: Vec<Check>, expected: usize, what: &str) {
     eprintln!("{text}");
     assert_eq!(report.checks.len(), expected, "{what}: number of checks");
     assert!(report.passed(), "{text}");
-}
-
-/// Host values → a device tensor of the kernels (through burn's `Cube` backend, fused or not).
-fn to_cube<const N: usize>(v: &[f32], shape: [usize; N], device: &Device) -> CubeTensor {
-    <Cube as CubePrimitives>::to_cube(
-        Tensor::<N>::from_data(TensorData::new(v.to_vec(), shape), device)
-            .try_into_primitive::<Cube>()
-            .expect("a wgpu tensor is a Cube primitive"),
-    )
-}
-
-fn from_cube(t: CubeTensor) -> Vec<f32> {
-    let t = <Cube as CubePrimitives>::from_cube(t);
-    Tensor::<4>::from_primitive::<Cube>(t)
-        .try_into_data()
-        .expect("kernel launch or read failed")
-        .try_to_vec::<f32>()
-        .unwrap()
 }
 
 /// The differentiable op (`lab::kernels::positional_attention`) on wgpu autodiff: every encoding
@@ -86,16 +66,6 @@ fn training_steps_on_wgpu_match_the_reference() {
     );
 }
 
-/// The log-sum-exp rows `[batch, heads, seq]` of the forward.
-fn lse_values(t: CubeTensor) -> Vec<f32> {
-    let t = <Cube as CubePrimitives>::from_cube(t);
-    Tensor::<3>::from_primitive::<Cube>(t)
-        .try_into_data()
-        .expect("kernel launch or read failed")
-        .try_to_vec::<f32>()
-        .unwrap()
-}
-
 /// Hand-computed case: one query over two equal keys gives `lse = s + ln 2` and the mean of the
 /// two values; row 0 sees only key 0.
 #[test]
@@ -104,13 +74,13 @@ fn cube_hand_computed_lse() {
     let params = CubeAttentionParams::new(CubeEncoding::Nope);
     let shape = [1, 1, 2, 1];
     let (out, lse) = cube::forward(
-        to_cube(&[0.0, 1.0], shape, &dev),
-        to_cube(&[3.0, 3.0], shape, &dev),
-        to_cube(&[2.0, 4.0], shape, &dev),
+        host_to_cube(&[0.0, 1.0], shape, &dev),
+        host_to_cube(&[3.0, 3.0], shape, &dev),
+        host_to_cube(&[2.0, 4.0], shape, &dev),
         &params,
     );
-    let out = from_cube(out);
-    let lse = lse_values(lse);
+    let out = cube_to_host(out);
+    let lse = cube_to_host(lse);
     assert!((lse[0] - 0.0).abs() < 1e-6, "lse[0] = {}", lse[0]);
     assert!(
         (lse[1] - (3.0 + 2f32.ln())).abs() < 1e-5,

@@ -1247,18 +1247,11 @@ mod tests {
     }
 
     fn config(encoding: Encoding, heads: usize, d: usize) -> ModelConfig {
-        ModelConfig {
-            nope_every: 0,
-            vocab_size: 8,
-            d_model: heads * d,
-            n_layers: 1,
-            n_heads: heads,
-            d_ff: 8,
-            encoding: EncodingConfig::for_kernel_checks(encoding, TapaPhase::Quadratic),
-            rope_base: 10000.0,
-            pair_layout: PairLayout::Adjacent,
-            attention: crate::model::AttentionKernel::Reference,
-        }
+        ModelConfig::attention_only(
+            EncodingConfig::for_kernel_checks(encoding, TapaPhase::Quadratic),
+            heads,
+            d,
+        )
     }
 
     /// The kernel's encoding for a reference score function, δ on the host.

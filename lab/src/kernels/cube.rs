@@ -1692,6 +1692,46 @@ pub trait CubePrimitives: burn::backend::Backend {
     fn from_cube(t: CubeTensor) -> FloatTensor<Self>;
 }
 
+/// Host `values` (row-major f32) of shape `shape` as a kernel tensor on a `wgpu` or `cuda`
+/// `device`, through burn's `Cube` backend (fused or not): inputs for [`forward`] and
+/// [`backward`] called directly (`lab selfcheck`, the wgpu tests).
+///
+/// # Panics
+/// If `device` is not a CubeCL device or `values.len()` is not the product of `shape`.
+pub fn host_to_cube<const N: usize>(
+    values: &[f32],
+    shape: [usize; N],
+    device: &burn::tensor::Device,
+) -> CubeTensor {
+    use burn::tensor::{Tensor, TensorData};
+    <burn::backend::Cube as CubePrimitives>::to_cube(
+        Tensor::<N>::from_data(TensorData::new(values.to_vec(), shape), device)
+            .try_into_primitive::<burn::backend::Cube>()
+            .expect("a wgpu or cuda tensor is a Cube primitive"),
+    )
+}
+
+/// A kernel tensor's values on the host, row-major f32, whatever its rank (1 to 4).
+///
+/// # Panics
+/// If the kernel launch or the read failed, or on another rank.
+pub fn cube_to_host(t: CubeTensor) -> Vec<f32> {
+    use burn::tensor::Tensor;
+    type C = burn::backend::Cube;
+    let rank = t.shape().num_dims();
+    let t = <C as CubePrimitives>::from_cube(t);
+    let data = match rank {
+        1 => Tensor::<1>::from_primitive::<C>(t).try_into_data(),
+        2 => Tensor::<2>::from_primitive::<C>(t).try_into_data(),
+        3 => Tensor::<3>::from_primitive::<C>(t).try_into_data(),
+        4 => Tensor::<4>::from_primitive::<C>(t).try_into_data(),
+        r => panic!("cube_to_host: rank {r} tensor (1 to 4 supported)"),
+    };
+    data.expect("kernel launch or read failed")
+        .try_to_vec::<f32>()
+        .expect("f32 kernel output")
+}
+
 impl CubePrimitives for CubeBackend {
     fn to_cube(t: FloatTensor<Self>) -> CubeTensor {
         t

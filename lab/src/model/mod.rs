@@ -393,6 +393,25 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// A one-layer model whose only use is its attention (`PositionalAttention::new(&cfg, 0, …)`):
+    /// `heads` heads of `head_dim` dims with `encoding`, RoPE base 10000, adjacent pairs, the
+    /// reference attention, vocabulary 8 and `d_ff` 8 (unused). The configuration the kernel
+    /// checks, the benchmarks and `lab selfcheck` compare implementations at.
+    pub fn attention_only(encoding: EncodingConfig, heads: usize, head_dim: usize) -> Self {
+        ModelConfig {
+            vocab_size: 8,
+            d_model: heads * head_dim,
+            n_layers: 1,
+            n_heads: heads,
+            d_ff: 8,
+            encoding,
+            rope_base: 10000.0,
+            pair_layout: PairLayout::Adjacent,
+            attention: AttentionKernel::Reference,
+            nope_every: 0,
+        }
+    }
+
     /// The encoding of layer `layer` (0-based): NoPE on every `nope_every`-th layer, `encoding`
     /// elsewhere.
     pub fn layer_encoding(&self, layer: usize) -> Encoding {
