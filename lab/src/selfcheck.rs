@@ -581,22 +581,11 @@ pub fn train_step_checks(backend: Backend) -> Result<Vec<Check>, crate::sweep::r
             };
             for s in 0..2 {
                 let (g, w) = (got[s], want[s]);
-                checks.push(compare(
-                    "train-step",
-                    &case,
-                    &format!("loss[{s}]"),
-                    &[g.0 as f32],
-                    &[w.0 as f32],
-                    STEP_TOL,
-                ));
-                checks.push(compare(
-                    "train-step",
-                    &case,
-                    &format!("grad_norm[{s}]"),
-                    &[g.1 as f32],
-                    &[w.1 as f32],
-                    STEP_TOL,
-                ));
+                for (quantity, g, w) in [("loss", g.0, w.0), ("grad_norm", g.1, w.1)] {
+                    let quantity = format!("{quantity}[{s}]");
+                    let (g, w) = ([g as f32], [w as f32]);
+                    checks.push(compare("train-step", &case, &quantity, &g, &w, STEP_TOL));
+                }
             }
             let moved = (got[1].0 - got[0].0).abs() > 1e-4;
             checks.push(Check {
