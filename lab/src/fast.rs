@@ -258,6 +258,11 @@ impl FastModel {
     /// Loss, logits and gradients of one batch: `tokens`, `targets` `[batch · seq]` (ids below
     /// `vocab_size`), `mask` `[batch · seq]` (1 = scored), `batch` sequences of `seq` tokens.
     ///
+    /// The batch is processed as two halves (the first `⌈batch/2⌉` sequences, then the rest) on
+    /// two rayon tasks, and the halves' gradients are summed, first plus second: on two threads
+    /// each half runs without waiting for the other, and the numbers do not depend on how many
+    /// threads there are (the split is fixed by `batch` alone).
+    ///
     /// # Panics
     /// If a length does not match `batch · seq` or an id is out of the vocabulary.
     pub fn forward_backward(
@@ -268,11 +273,66 @@ impl FastModel {
         batch: usize,
         seq: usize,
     ) -> StepOutput {
+        let n = batch * seq;
+        assert!(tokens.len() == n && targets.len() == n && mask.len() == n);
+        let n_scored = mask.iter().sum::<f32>().max(1.0);
+        if batch < 2 {
+            let mut out = self.half_pass(tokens, targets, mask, batch, seq, n_scored);
+            out.loss /= n_scored as f64;
+            return out;
+        }
+        let first = batch.div_ceil(2);
+        let cut = first * seq;
+        let (mut a, b) = rayon::join(
+            || {
+                self.half_pass(
+                    &tokens[..cut],
+                    &targets[..cut],
+                    &mask[..cut],
+                    first,
+                    seq,
+                    n_scored,
+                )
+            },
+            || {
+                let rest = batch - first;
+                self.half_pass(
+                    &tokens[cut..],
+                    &targets[cut..],
+                    &mask[cut..],
+                    rest,
+                    seq,
+                    n_scored,
+                )
+            },
+        );
+        for ((ga, _), (gb, _)) in a.grads.params_mut().into_iter().zip(b.grads.params()) {
+            add_into(ga, gb);
+        }
+        a.logits.extend_from_slice(&b.logits);
+        StepOutput {
+            loss: (a.loss + b.loss) / n_scored as f64,
+            correct: a.correct + b.correct,
+            logits: a.logits,
+            grads: a.grads,
+        }
+    }
+
+    /// [`FastModel::forward_backward`] of `batch` sequences, with every gradient over the whole
+    /// batch's `n_scored` positions; `loss` is the *sum* of the scored positions' losses.
+    fn half_pass(
+        &self,
+        tokens: &[usize],
+        targets: &[usize],
+        mask: &[f32],
+        batch: usize,
+        seq: usize,
+        n_scored: f32,
+    ) -> StepOutput {
         let cfg = &self.config;
         let (d, f, v) = (cfg.d_model, cfg.d_ff, cfg.vocab_size);
         let (heads, hd) = (cfg.n_heads, cfg.head_dim());
         let n = batch * seq;
-        assert!(tokens.len() == n && targets.len() == n && mask.len() == n);
         let shape = Shape4 {
             batch,
             heads,
@@ -337,7 +397,6 @@ impl FastModel {
         let logits = matmul(&hf, &self.lm_head, n, d, v);
 
         // Loss and its gradient: softmax − one-hot on scored rows, over the number scored.
-        let n_scored = mask.iter().sum::<f32>().max(1.0);
         let mut dlogits = vec![0.0f32; n * v];
         let (mut loss, mut correct) = (0.0f64, 0usize);
         for ((lg, dl), (&t, &m)) in logits
@@ -368,7 +427,6 @@ impl FastModel {
                 dl[t] -= scale;
             }
         }
-        loss /= n_scored as f64;
 
         // Backward.
         let mut grads = self.zeros_like();

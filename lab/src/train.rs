@@ -490,7 +490,10 @@ pub fn fast_train_step(
 ) -> Result<StepResult, String> {
     let (batch, seq) = (examples.len(), examples[0].input.len());
     let (tokens, targets, mask) = flat_batch(examples);
-    let out = model.forward_backward(&tokens, &targets, &mask, batch, seq);
+    // The whole pass on one of rayon's workers: the kernels' parallel loops then split work
+    // among the workers instead of each being sent to the pool from outside and waited for
+    // (a futex sleep and wake per loop).
+    let out = rayon::scope(|_| model.forward_backward(&tokens, &targets, &mask, batch, seq));
     if !out.loss.is_finite() {
         return Err(format!("non-finite training loss ({})", out.loss));
     }

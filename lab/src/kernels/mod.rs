@@ -8,6 +8,39 @@
 //! - `cube` (features `wgpu` / `cuda`): the same flash-style attention as CubeCL kernels, for
 //!   NoPE, RoPE, PoPE and TAPA, behind the same backend extension.
 
+/// Runs `$impl(args)` compiled for AVX-512, AVX2+FMA or the baseline, whichever the CPU has, so
+/// that the loops `$impl` inlines vectorise at the machine's width (the crate itself is compiled
+/// for baseline x86-64). Without fast-math, LLVM keeps the order of every floating-point
+/// operation, so the three copies give the same bits.
+macro_rules! dispatch_simd {
+    ($impl:ident, ($($arg:ident : $ty:ty),*)) => {{
+        #[cfg(target_arch = "x86_64")]
+        {
+            #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+            unsafe fn v4($($arg: $ty),*) { $impl($($arg),*) }
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn v3($($arg: $ty),*) { $impl($($arg),*) }
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+            {
+                // SAFETY: the CPU has the features `v4` is compiled for.
+                unsafe { v4($($arg),*) }
+            } else if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                // SAFETY: the CPU has the features `v3` is compiled for.
+                unsafe { v3($($arg),*) }
+            } else {
+                $impl($($arg),*)
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            $impl($($arg),*)
+        }
+    }};
+}
+
 pub mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod cube;

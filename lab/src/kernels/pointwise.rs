@@ -61,36 +61,6 @@ const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
 /// `1/√(2π)`.
 const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
 
-/// Runs `$impl(args)` compiled for AVX-512, AVX2+FMA or the baseline, whichever the CPU has.
-macro_rules! dispatch_simd {
-    ($impl:ident, ($($arg:ident : $ty:ty),*)) => {{
-        #[cfg(target_arch = "x86_64")]
-        {
-            #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-            unsafe fn v4($($arg: $ty),*) { $impl($($arg),*) }
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn v3($($arg: $ty),*) { $impl($($arg),*) }
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-            {
-                // SAFETY: the CPU has the features `v4` is compiled for.
-                unsafe { v4($($arg),*) }
-            } else if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                // SAFETY: the CPU has the features `v3` is compiled for.
-                unsafe { v3($($arg),*) }
-            } else {
-                $impl($($arg),*)
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            $impl($($arg),*)
-        }
-    }};
-}
-
 #[inline(always)]
 fn gelu_chunk(y: &mut [f32], x: &[f32]) {
     for (y, &x) in y.iter_mut().zip(x) {
