@@ -105,8 +105,10 @@ fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
     }
 }
 
+/// `Σ a_i·b_i` in 16 independent lanes (a vectorisable order), the lanes then added in order,
+/// then the remainder.
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0.0f32; 16];
     let (ca, cb) = (a.chunks_exact(16), b.chunks_exact(16));
     let (ra, rb) = (ca.remainder(), cb.remainder());
