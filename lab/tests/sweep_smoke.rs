@@ -375,7 +375,7 @@ fn unknown_preset_is_one_line() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.contains(
-            "unknown preset `huge`; available presets: copy-1layer, fixed300, full, long, member, member-9seeds, member-confirm, member-long, member-replicate, p-rope, pope, pope-3seeds, quick, quick-fast, quick-replicates, quick-seeds345, quick-seeds678, recall-2000, recall-long, smoke, window, window-long"
+            "unknown preset `huge`; available presets: copy-1layer, fixed300, full, long, member, member-9seeds, member-confirm, member-long, member-replicate, p-rope, pope, pope-3seeds, quick, quick-burn, quick-replicates, quick-seeds345, quick-seeds678, recall-2000, recall-context, recall-long, smoke, window, window-long"
         ),
         "{err}"
     );
