@@ -18,7 +18,7 @@ help:
 	@echo "make sweep          lab sweep block-width --preset \$$PRESET (default quick)"
 	@echo "make bench          criterion benchmarks: generators, fused vs reference attention (all encodings,"
 	@echo "                    seq 128/512/2048, peak memory), then the training step fused vs reference"
-	@echo "make bench-torch    the quick model's training step: lab vs PyTorch eager, same threads (needs pip install torch)"
+	@echo "make bench-torch    the quick model's training step on the fast path vs PyTorch eager, same threads (needs pip install torch)"
 	@echo "make build          cargo build --release"
 	@echo "make figures        lab plot for every sweep in results/ (no training): results/<sweep>/figures/*.png|svg"
 	@echo "make report         lab report for every sweep in results/: results/<sweep>/report.html (one self-contained page)"
@@ -94,10 +94,12 @@ bench: build
 	$(CARGO) bench -p lab --bench attention
 	./target/release/lab bench train-step --preset $(PRESET) --threads $(THREADS) --attention reference
 	./target/release/lab bench train-step --preset $(PRESET) --threads $(THREADS) --attention fused
+	./target/release/lab bench train-step --preset $(PRESET) --threads $(THREADS) --attention fast
 
+# The whole-step fast path (what block-width's default preset trains on) beside PyTorch eager.
 bench-torch: build
 	mkdir -p results/bench
-	./target/release/lab bench train-step --preset $(PRESET) --threads $(THREADS) > results/bench/lab-train-step.json
+	./target/release/lab bench train-step --preset $(PRESET) --threads $(THREADS) --attention fast > results/bench/lab-train-step.json
 	cat results/bench/lab-train-step.json
 	$(PYTHON) bench/torch_baseline.py --shape results/bench/lab-train-step.json
 
