@@ -276,36 +276,18 @@ impl FastModel {
         let n = batch * seq;
         assert!(tokens.len() == n && targets.len() == n && mask.len() == n);
         let n_scored = mask.iter().sum::<f32>().max(1.0);
+        let pass = |rows: std::ops::Range<usize>, sequences: usize| {
+            let (t, y, m) = (&tokens[rows.clone()], &targets[rows.clone()], &mask[rows]);
+            self.half_pass(t, y, m, sequences, seq, n_scored)
+        };
         if batch < 2 {
-            let mut out = self.half_pass(tokens, targets, mask, batch, seq, n_scored);
+            let mut out = pass(0..n, batch);
             out.loss /= n_scored as f64;
             return out;
         }
         let first = batch.div_ceil(2);
         let cut = first * seq;
-        let (mut a, b) = rayon::join(
-            || {
-                self.half_pass(
-                    &tokens[..cut],
-                    &targets[..cut],
-                    &mask[..cut],
-                    first,
-                    seq,
-                    n_scored,
-                )
-            },
-            || {
-                let rest = batch - first;
-                self.half_pass(
-                    &tokens[cut..],
-                    &targets[cut..],
-                    &mask[cut..],
-                    rest,
-                    seq,
-                    n_scored,
-                )
-            },
-        );
+        let (mut a, b) = rayon::join(|| pass(0..cut, first), || pass(cut..n, batch - first));
         for ((ga, _), (gb, _)) in a.grads.params_mut().into_iter().zip(b.grads.params()) {
             add_into(ga, gb);
         }

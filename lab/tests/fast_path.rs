@@ -251,6 +251,68 @@ fn fast_path_is_deterministic() {
     );
 }
 
+/// The batch's two halves are fixed by the batch size, not by the threads: one and two rayon
+/// threads give the same bits (odd batch: halves of 2 and 1 sequences), and the halves' sum is
+/// the whole batch's gradient (against one sequence at a time, summed by hand, to round-off).
+#[test]
+fn fast_path_gives_the_same_bits_on_one_and_two_threads() {
+    let cfg = config(Encoding::Rope.into(), PairLayout::Adjacent, 0);
+    let model: Transformer = cfg.init(3, &Device::flex());
+    let fast = FastModel::from_burn(&model, &cfg);
+    let (batch, seq) = (3, 24);
+    let tokens: Vec<usize> = (0..batch * seq).map(|i| (i * 7 + 3) % 13).collect();
+    let targets: Vec<usize> = (0..batch * seq).map(|i| (i * 5 + 1) % 13).collect();
+    let mask: Vec<f32> = (0..batch * seq)
+        .map(|i| (i % 3 != 0) as u8 as f32)
+        .collect();
+    let on = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| fast.forward_backward(&tokens, &targets, &mask, batch, seq))
+    };
+    let (one, two) = (on(1), on(2));
+    assert_eq!(one.loss.to_bits(), two.loss.to_bits());
+    assert_eq!(one.grads, two.grads);
+    assert_eq!(one.logits, two.logits);
+    // Each sequence alone (a batch of 1 is one pass), its gradient weighted by its share of the
+    // scored positions: the sum is the batch's gradient.
+    let n_scored: f32 = mask.iter().sum();
+    let mut summed = vec![0.0f64; one.grads.params().iter().map(|(g, _)| g.len()).sum()];
+    let mut loss = 0.0f64;
+    for b in 0..batch {
+        let rows = b * seq..(b + 1) * seq;
+        let m = &mask[rows.clone()];
+        let share = m.iter().sum::<f32>() / n_scored;
+        let out = fast.forward_backward(&tokens[rows.clone()], &targets[rows.clone()], m, 1, seq);
+        loss += out.loss * share as f64;
+        for (s, &g) in summed
+            .iter_mut()
+            .zip(out.grads.params().iter().flat_map(|(g, _)| g.iter()))
+        {
+            *s += (g * share) as f64;
+        }
+    }
+    assert!(
+        (loss - one.loss).abs() < 1e-6 * one.loss,
+        "{loss} vs {}",
+        one.loss
+    );
+    let whole: Vec<f32> = one
+        .grads
+        .params()
+        .iter()
+        .flat_map(|(g, _)| g.to_vec())
+        .collect();
+    for (i, (&s, &w)) in summed.iter().zip(&whole).enumerate() {
+        assert!(
+            (s - w as f64).abs() <= 1e-6 + 1e-4 * (w as f64).abs(),
+            "gradient element {i}: by sequence {s}, batch {w}"
+        );
+    }
+}
+
 /// Ten training steps of the block-width quick model's shape (smaller: d = 32) through the fast
 /// path and through burn (`lab::train::train_step`) from the same initial weights and batches:
 /// the same losses and gradient norms step by step, and the same final parameters. AdamW divides
