@@ -1120,6 +1120,25 @@ type DenseHead<'a> = (
     Option<&'a [f32]>,
 );
 
+/// One head's scaled score-space queries `q̃/√d`, keys `k̃` (`[l, e]` each) and causal
+/// probabilities `[l, l]` ([`dense_probs`]; `lse` written when `write_lse`, else read).
+#[inline(always)]
+fn dense_head_probs(
+    q: &[f32],
+    k: &[f32],
+    head: DenseHead,
+    lse: &mut [f32],
+    write_lse: bool,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (l, d, enc, tables, dh) = head;
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut qs = to_score_space(q, l, d, enc, tables, None);
+    qs.iter_mut().for_each(|x| *x *= scale);
+    let kt = to_score_space(k, l, d, enc, tables, dh);
+    let p = dense_probs(&qs, &kt, l, enc.score_dim(d), lse, write_lse);
+    (qs, kt, p)
+}
+
 /// [`dense_forward`] for one (batch, head): rows `q`, `k`, `v` `[l, d]` → `o` `[l, d]`, `lse` `[l]`.
 #[inline(always)]
 fn dense_head_forward(
@@ -1131,13 +1150,8 @@ fn dense_head_forward(
     lse: &mut [f32],
 ) {
     use super::gemm::{Parallelism, gemm_strided};
-    let (l, d, enc, tables, dh) = head;
-    let e = enc.score_dim(d);
-    let scale = 1.0 / (d as f32).sqrt();
-    let mut qs = to_score_space(q, l, d, enc, tables, None);
-    qs.iter_mut().for_each(|x| *x *= scale);
-    let kt = to_score_space(k, l, d, enc, tables, dh);
-    let p = dense_probs(&qs, &kt, l, e, lse, true);
+    let (l, d, ..) = head;
+    let (_, _, p) = dense_head_probs(q, k, head, lse, true);
     gemm_strided(
         l,
         d,
@@ -1172,14 +1186,8 @@ fn dense_head_backward(
 ) {
     use super::gemm::{Parallelism, gemm_new, gemm_strided};
     let (l, d, enc, tables, dh) = head;
-    let e = enc.score_dim(d);
-    let scale = 1.0 / (d as f32).sqrt();
-    let none = Parallelism::None;
-    let mut lh = lse.to_vec();
-    let mut qs = to_score_space(q, l, d, enc, tables, None);
-    qs.iter_mut().for_each(|x| *x *= scale);
-    let kt = to_score_space(k, l, d, enc, tables, dh);
-    let p = dense_probs(&qs, &kt, l, e, &mut lh, false);
+    let (e, scale, none) = (enc.score_dim(d), 1.0 / (d as f32).sqrt(), Parallelism::None);
+    let (qs, kt, p) = dense_head_probs(q, k, head, &mut lse.to_vec(), false);
     // dV = Pᵀ dO
     gemm_strided(
         l,
@@ -1582,7 +1590,6 @@ mod tests {
                             + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
             f32::from_bits(((k as i32 + 127) << 23) as u32) * p
         };
-        let mut checked = 0;
         for i in 0..=400_000 {
             let x = -100.0 + 200.0 * i as f32 / 400_000.0;
             assert_eq!(
@@ -1590,7 +1597,6 @@ mod tests {
                 by_conversion(x).to_bits(),
                 "x = {x}"
             );
-            checked += 1;
         }
         for x in [
             f32::NEG_INFINITY,
@@ -1607,6 +1613,5 @@ mod tests {
                 "x = {x}"
             );
         }
-        assert_eq!(checked, 400_001);
     }
 }

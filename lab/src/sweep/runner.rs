@@ -59,7 +59,8 @@ impl Backend {
     /// The burn device (not autodiff; training wraps it).
     ///
     /// # Errors
-    /// [`SweepError::Backend`] when the backend's cargo feature was not compiled in.
+    /// [`SweepError::Backend`] when the backend's cargo feature was not compiled in, or (`cuda`)
+    /// when the machine has no CUDA driver library to load.
     pub fn device(self) -> Result<burn::tensor::Device, SweepError> {
         match self {
             Backend::Cpu => Ok(burn::tensor::Device::flex()),
@@ -68,7 +69,10 @@ impl Backend {
                 burn::tensor::DeviceKind::DefaultDevice,
             )),
             #[cfg(feature = "cuda")]
-            Backend::Cuda => Ok(burn::tensor::Device::cuda(0)),
+            Backend::Cuda => {
+                cuda_driver_loadable()?;
+                Ok(burn::tensor::Device::cuda(0))
+            }
             #[allow(unreachable_patterns)]
             other => Err(SweepError::Backend(format!(
                 "backend = {} needs the cargo feature `{}`: rebuild with `cargo build --release --features {}` \
@@ -92,6 +96,34 @@ impl Backend {
         }
         names
     }
+}
+
+/// Whether the NVIDIA driver library (`libcuda.so.1`, else `libcuda.so`) can be loaded: cudarc
+/// loads it on CubeCL's device thread and panics there when it is missing, which the caller sees as
+/// a stack trace, so `--backend cuda` checks first and fails with one line.
+#[cfg(all(feature = "cuda", unix))]
+fn cuda_driver_loadable() -> Result<(), SweepError> {
+    for name in [c"libcuda.so.1", c"libcuda.so"] {
+        // SAFETY: dlopen/dlclose with a valid C string; the handle is closed right away and no
+        // symbol is used (loading the driver library runs no code of ours).
+        unsafe {
+            let handle = libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+            if !handle.is_null() {
+                libc::dlclose(handle);
+                return Ok(());
+            }
+        }
+    }
+    Err(SweepError::Backend(
+        "backend = cuda: no NVIDIA driver here (libcuda.so.1 cannot be loaded); use --backend cpu, \
+         or run on a machine with an NVIDIA GPU and its driver"
+            .into(),
+    ))
+}
+
+#[cfg(all(feature = "cuda", not(unix)))]
+fn cuda_driver_loadable() -> Result<(), SweepError> {
+    Ok(())
 }
 
 /// Errors of the sweep runner.
