@@ -28,7 +28,7 @@ help:
 	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu (lavapipe without a GPU)"
 	@echo "make check-cuda     type-check the cuda feature without a GPU (skips cubecl-llvm's LLVM download)"
 	@echo "make bench-gpu      NVIDIA machine: cube kernels vs PyTorch SDPA / FlexAttention (bench/gpu.sh)"
-	@echo "make gpu-bundle     offline CUDA build (LLVM from PyPI) packed into .gpu/ for a GPU machine (~40 min cold, reported)"
+	@echo "make gpu-bundle     offline CUDA build (LLVM from PyPI) packed into .gpu/ for a GPU machine (34 min cold on 2 cores)"
 	@echo "make module-graph   the imports between the library's top-level modules (acyclic), main.rs's length"
 	@echo "make slurm-test     root: single-node Slurm on localhost runs the emitted job array (smoke), merged == local"
 
@@ -61,8 +61,8 @@ test-wgpu-fusion:
 bench-gpu:
 	bash bench/gpu.sh
 
-# The offline CUDA build for a GPU machine without Rust or network (issue 20; not in .ci/run: ~40 min
-# cold, as reported for the same steps by hand). Writes .gpu-sdk/ (SDK, separate target dir) and .gpu/
+# The offline CUDA build for a GPU machine without Rust or network (issue 20; not in .ci/run: 34 min
+# cold on 2 cores, 2026-12-03). Writes .gpu-sdk/ (SDK, separate target dir) and .gpu/
 # (lab.xz and the device-side scripts).
 gpu-bundle:
 	bash scripts/gpu-bundle.sh

@@ -13,8 +13,8 @@
 #
 # Everything lives in git-ignored folders of the checkout: `.gpu-sdk/` (wheels, the unpacked SDK, the
 # XDG_DATA_HOME, a separate CARGO_TARGET_DIR so the CPU build's target/ is untouched) and `.gpu/` (the bundle:
-# `lab.xz`, the stripped binary compressed with xz -9, and the device-side scripts). A cold build by hand took
-# 41 min on 2 cores (issue 20's report); this script's full build is not timed yet. Not part of .ci/run;
+# `lab.xz`, the stripped binary compressed with xz -9, and the device-side scripts). Cold, on the 2-core VM
+# (2026-12-03): 34 min (the cargo build 31 min), bundle 33 MiB (lab.xz 31 MiB). Not part of .ci/run;
 # `make check-cuda` (type-check only) is.
 #
 # Usage: bash scripts/gpu-bundle.sh [--setup-only]     (or: make gpu-bundle)
@@ -54,8 +54,11 @@ static=$SDK/llvm/mlc_llvm_static/static
 
 export XDG_DATA_HOME=$SDK/xdg
 mkdir -p "$XDG_DATA_HOME/tracel"
-ln -sfn "$static" "$XDG_DATA_HOME/tracel/$TRACEL_DIR"
-touch "$static/.tracel-llvm-installed"
+# Link and marker only when missing: renewing them changes their times, which makes cubecl-llvm's build
+# script run again and cargo rebuild most of the CUDA tree (seen 2026-12-03 after a one-file change).
+link=$XDG_DATA_HOME/tracel/$TRACEL_DIR
+[[ "$(readlink "$link" 2>/dev/null)" == "$static" ]] || ln -sfn "$static" "$link"
+[[ -e "$static/.tracel-llvm-installed" ]] || touch "$static/.tracel-llvm-installed"
 targets=$("$static/bin/llvm-config" --targets-built)
 echo "LLVM $("$static/bin/llvm-config" --version) at $static; targets: $targets"
 if [[ " $targets " != *" NVPTX "* ]]; then
