@@ -257,6 +257,7 @@ mod tests {
             min_letters,
             max_letters,
             max_shift,
+            ..Default::default()
         });
         cfg.vocab_size = tasks::indirect::vocab_size();
         cfg.seq_len = 16;

@@ -109,8 +109,10 @@
 //! 2. `SOURCE`: an ordered uniform sample of `N` letters without replacement (the first `N`
 //!    steps of a Fisher–Yates shuffle of `a..=zA..=Z`);
 //! 3. repeat: query index `i` uniform in `0..N`, shift `k` uniform in `−max_shift..=max_shift`;
-//!    **until** `0 ≤ i + k < N`. Both `i` and `k` are redrawn on every rejection; `N` and
-//!    `SOURCE` are drawn once and never redrawn.
+//!    **until** `0 ≤ i + k < N`, `|k| ≥ min_abs_shift` and `k`'s sign is kept by `shift_sign`
+//!    ([`ShiftSign`]; the last two are ladder knobs, off by default). Both `i` and `k` are
+//!    redrawn on every rejection; `N` and `SOURCE` are drawn once and never redrawn. With the
+//!    knobs off the stream of draws is the one generated before they existed.
 //!
 //! Consequences (write `K' = min(max_shift, N − 1)`, the largest shift that can be kept):
 //! - `N` is exactly uniform on `min_letters..=max_letters` (redrawing the string on rejection
@@ -121,6 +123,8 @@
 //!   For `N = 20, max_shift = 15`: `P(0) = 20/380`, `P(±15) = 5/380`.
 //! - The query index is not uniform either: `P(i | N) = (min(i, K') + min(N − 1 − i, K') + 1) /
 //!   V(N)` (uniform when `max_shift ≥ N − 1`); by symmetry the answer index has the same law.
+//! - With the knobs on, `(i, k)` is uniform over the valid pairs that they keep, so `P(k | N)`
+//!   is the same triangle restricted to the kept shifts and renormalised.
 //! - A draw is accepted with probability `V(N) / (N(2·max_shift + 1))` (0.61 for `N = 20`, 0.81
 //!   for `N = 40`); shift `0` is always valid, so the loop ends with probability 1.
 //!
@@ -298,9 +302,57 @@ pub struct IndirectConfig {
     /// Shifts are drawn uniformly from `−max_shift..=max_shift` (then rejected if out of the
     /// string); in `0..=51`. Shifts beyond `N − 1` in size are never kept.
     pub max_shift: usize,
+    /// Shifts with `|k| < min_abs_shift` are rejected (and redrawn); in `0..=max_shift` and below
+    /// `min_letters`. Default 0 (every shift kept). A ladder knob: `1` removes the `k = 0`
+    /// examples, whose answer is the query letter itself.
+    #[serde(default)]
+    pub min_abs_shift: usize,
+    /// Which signs of `k` are kept ([`ShiftSign`]); default both.
+    #[serde(default)]
+    pub shift_sign: ShiftSign,
     /// Context length: length of `input`, `target` and `mask`; at least
     /// [`IndirectConfig::min_seq_len`].
     pub seq_len: usize,
+}
+
+/// Which signs of the shift `k` an indirect-indexing generator keeps (a difficulty-ladder knob,
+/// issue 18). `Positive` keeps `k ≥ 1` only: the answer lies after the query letter, so with
+/// `max_shift = 1` the task is "the letter after the query letter", an induction-head lookup
+/// (content match, then one fixed offset). `Negative` keeps `k ≤ −1` only.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ShiftSign {
+    /// Every sign (the paper's task); `k = 0` too unless `min_abs_shift ≥ 1`.
+    #[default]
+    Both,
+    /// `k ≥ 1` only.
+    Positive,
+    /// `k ≤ −1` only.
+    Negative,
+}
+
+impl ShiftSign {
+    /// `true` for [`ShiftSign::Both`] (serde: the default is not written, so run ids of runs
+    /// without the knob are unchanged).
+    pub fn is_both(&self) -> bool {
+        *self == ShiftSign::Both
+    }
+
+    /// Whether shift `k` has a kept sign.
+    pub fn keeps(self, k: i32) -> bool {
+        match self {
+            ShiftSign::Both => true,
+            ShiftSign::Positive => k >= 1,
+            ShiftSign::Negative => k <= -1,
+        }
+    }
+}
+
+/// `true` when `n == 0` (serde: an absent `min_abs_shift` keeps run ids unchanged).
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Default for IndirectConfig {
@@ -309,6 +361,8 @@ impl Default for IndirectConfig {
             min_letters: 20,
             max_letters: 40,
             max_shift: 15,
+            min_abs_shift: 0,
+            shift_sign: ShiftSign::Both,
             seq_len: 48,
         }
     }
@@ -325,6 +379,12 @@ pub struct IndirectParams {
     pub max_letters: usize,
     /// Largest absolute shift.
     pub max_shift: usize,
+    /// Smallest absolute shift kept (default 0; not serialised when 0, so run ids are unchanged).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub min_abs_shift: usize,
+    /// Signs of the shift kept: `"both"` (default; not serialised), `"positive"`, `"negative"`.
+    #[serde(skip_serializing_if = "ShiftSign::is_both")]
+    pub shift_sign: ShiftSign,
 }
 
 impl Default for IndirectParams {
@@ -334,13 +394,21 @@ impl Default for IndirectParams {
             min_letters: c.min_letters,
             max_letters: c.max_letters,
             max_shift: c.max_shift,
+            min_abs_shift: c.min_abs_shift,
+            shift_sign: c.shift_sign,
         }
     }
 }
 
 impl IndirectParams {
     /// Parameter names, in serialisation order (checked by a test).
-    pub const NAMES: &'static [&'static str] = &["min_letters", "max_letters", "max_shift"];
+    pub const NAMES: &'static [&'static str] = &[
+        "min_letters",
+        "max_letters",
+        "max_shift",
+        "min_abs_shift",
+        "shift_sign",
+    ];
 
     /// The generator config for a run with context `seq_len`.
     pub fn config(&self, seq_len: usize) -> IndirectConfig {
@@ -348,6 +416,8 @@ impl IndirectParams {
             min_letters: self.min_letters,
             max_letters: self.max_letters,
             max_shift: self.max_shift,
+            min_abs_shift: self.min_abs_shift,
+            shift_sign: self.shift_sign,
             seq_len,
         }
     }
@@ -358,7 +428,10 @@ impl IndirectConfig {
     ///
     /// # Errors
     /// [`TaskError::OutOfRange`] naming the first bad field, checked in the order `min_letters`
-    /// (`2..=52`), `max_letters` (`min_letters..=52`), `max_shift` (`0..=51`), `seq_len`
+    /// (`2..=52`), `max_letters` (`min_letters..=52`), `max_shift` (`0..=51`), `min_abs_shift`
+    /// (`0..=max_shift` and, with the smallest kept size `max(min_abs_shift, 1)` for a signed
+    /// [`ShiftSign`], below `min_letters`), then [`TaskError::Invalid`] on `shift_sign` when it
+    /// is signed and `max_shift = 0`, then `seq_len`
     /// (`min_seq_len()..`), e.g.
     /// `seq_len = 40 is out of range: must be in 48.. (max_letters, max_shift)`.
     pub fn validate(&self) -> Result<(), TaskError> {
@@ -383,6 +456,30 @@ impl IndirectConfig {
                 self.max_shift,
                 format!("0..={}", n_letters - 1),
             ));
+        }
+        // A kept shift must fit in the shortest string: |k| ≥ the smallest kept size, ≤ N − 1.
+        let smallest = if self.shift_sign.is_both() {
+            self.min_abs_shift
+        } else {
+            self.min_abs_shift.max(1)
+        };
+        if self.min_abs_shift > self.max_shift || smallest >= self.min_letters {
+            return Err(TaskError::out_of_range(
+                "min_abs_shift",
+                self.min_abs_shift,
+                format!(
+                    "0..={} (max_shift, and below min_letters = {})",
+                    self.max_shift.min(self.min_letters - 1),
+                    self.min_letters
+                ),
+            ));
+        }
+        if !self.shift_sign.is_both() && self.max_shift == 0 {
+            return Err(TaskError::Invalid {
+                field: "shift_sign",
+                message: "\"positive\" and \"negative\" need max_shift ≥ 1; max_shift = 0"
+                    .into(),
+            });
         }
         let min = self.min_seq_len();
         if self.seq_len < min {
@@ -526,7 +623,10 @@ impl IndirectConfig {
         let (i, shift) = loop {
             let i = rng.random_range(0..n) as i32;
             let shift = rng.random_range(-k..=k);
-            if (0..n as i32).contains(&(i + shift)) {
+            if (0..n as i32).contains(&(i + shift))
+                && shift.unsigned_abs() as usize >= self.min_abs_shift
+                && self.shift_sign.keeps(shift)
+            {
                 break (i as usize, shift);
             }
         };
@@ -578,6 +678,7 @@ mod tests {
             max_letters,
             max_shift,
             seq_len: 0,
+            ..IndirectConfig::default()
         };
         c.seq_len = c.min_seq_len();
         c
@@ -953,6 +1054,92 @@ mod tests {
     }
 
     #[test]
+    fn shift_knobs_keep_the_restricted_triangle() {
+        // N = 4, max_shift = 3, |k| ≥ 1: the triangle 1, 2, 3, (4), 3, 2, 1 without k = 0 (of 12).
+        let mut c = cfg(4, 4, 3);
+        c.min_abs_shift = 1;
+        let want = [1.0, 2.0, 3.0, 0.0, 3.0, 2.0, 1.0].map(|x| x / 12.0);
+        let total = 12_000u64;
+        let mut counts = [0usize; 7];
+        for index in 0..total {
+            let s = c.sample(6, Split::Train, index).unwrap();
+            assert_eq!(solve(&s.text), Some(s.target));
+            counts[(s.shift + 3) as usize] += 1;
+        }
+        assert_eq!(counts[3], 0, "k = 0 is never kept");
+        let stat = chi2(
+            &[counts[0], counts[1], counts[2], counts[4], counts[5], counts[6]],
+            &[want[0], want[1], want[2], want[4], want[5], want[6]],
+        );
+        assert!(stat < 20.5, "chi2 = {stat} (df 5, p = 0.001 at 20.5): {counts:?}");
+        // Positive only, max_shift = 1: the letter right after the query, every time.
+        for (sign, k) in [(ShiftSign::Positive, 1), (ShiftSign::Negative, -1)] {
+            let c = IndirectConfig {
+                min_letters: 5,
+                max_letters: 8,
+                max_shift: 1,
+                min_abs_shift: 1,
+                shift_sign: sign,
+                seq_len: 0,
+            };
+            let c = IndirectConfig {
+                seq_len: c.min_seq_len(),
+                ..c
+            };
+            for index in 0..500 {
+                let s = c.sample(2, Split::Eval, index).unwrap();
+                assert_eq!(s.shift, k);
+                let i = s.source.find(s.query).unwrap() as i32;
+                assert_eq!(s.source.as_bytes()[(i + k) as usize] as char, s.target);
+            }
+        }
+        // The knobs off draw exactly the stream of the default config.
+        let d = IndirectConfig::default();
+        let off = IndirectConfig {
+            min_abs_shift: 0,
+            shift_sign: ShiftSign::Both,
+            ..d.clone()
+        };
+        for index in 0..50 {
+            assert_eq!(
+                d.sample(9, Split::Train, index).unwrap(),
+                off.sample(9, Split::Train, index).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn shift_knobs_are_validated_and_not_serialised_when_off() {
+        let mut c = cfg(5, 8, 2);
+        c.min_abs_shift = 3;
+        assert_eq!(
+            err(&c),
+            "min_abs_shift = 3 is out of range: must be in 0..=2 (max_shift, and below min_letters = 5)"
+        );
+        let mut c = cfg(3, 8, 4);
+        c.min_abs_shift = 3;
+        assert_eq!(
+            err(&c),
+            "min_abs_shift = 3 is out of range: must be in 0..=2 (max_shift, and below min_letters = 3)"
+        );
+        let mut c = cfg(5, 8, 0);
+        c.shift_sign = ShiftSign::Positive;
+        assert!(err(&c).contains("shift_sign"), "{}", err(&c));
+        // Params: the defaults are not written (run ids of older runs stay), the knobs are.
+        let p = IndirectParams::default();
+        let json = serde_json::to_string(&p).unwrap();
+        assert_eq!(json, r#"{"min_letters":20,"max_letters":40,"max_shift":15}"#);
+        let p = IndirectParams {
+            min_abs_shift: 1,
+            shift_sign: ShiftSign::Positive,
+            ..p
+        };
+        let json = serde_json::to_string(&p).unwrap();
+        assert!(json.ends_with(r#""min_abs_shift":1,"shift_sign":"positive"}"#), "{json}");
+        assert_eq!(serde_json::from_str::<IndirectParams>(&json).unwrap(), p);
+    }
+
+    #[test]
     fn shift_distribution_default() {
         let c = IndirectConfig::default();
         let total = 20_000u64;
@@ -1094,6 +1281,8 @@ mod tests {
                 min_letters: 20,
                 max_letters: 40,
                 max_shift: 15,
+                min_abs_shift: 0,
+                shift_sign: ShiftSign::Both,
                 seq_len: 48
             }
         );
@@ -1191,6 +1380,7 @@ mod tests {
             max_letters: 19,
             max_shift: 1,
             seq_len: 26,
+            ..IndirectConfig::default()
         };
         assert!(tight.validate().is_ok());
         assert_eq!(
