@@ -514,6 +514,105 @@ fn runs_curves_average_seeds_per_x() {
     assert_eq!(c[1].label, "pope");
 }
 
+#[test]
+fn accuracy_vs_examples_has_a_panel_per_setting_and_counts_examples() {
+    // Runs: (id, encoding, delta init, min_letters, max_letters, max_shift, min_abs_shift, sign, seed).
+    let rows: [(
+        &str,
+        &str,
+        Option<&str>,
+        i64,
+        i64,
+        i64,
+        Option<i64>,
+        Option<&str>,
+        i64,
+    ); 6] = [
+        ("a", "rope", None, 5, 8, 2, None, None, 0),
+        ("b", "rope", None, 5, 8, 2, None, None, 1),
+        ("c", "pope", Some("zero"), 5, 8, 2, None, None, 0),
+        ("d", "pope", Some("uniform"), 5, 8, 2, None, None, 0),
+        ("e", "rope", None, 5, 8, 1, Some(1), Some("positive"), 0),
+        ("f", "pope", Some("zero"), 5, 8, 1, Some(1), None, 0),
+    ];
+    let n = rows.len();
+    let runs = Table::from_batches(
+        "runs",
+        vec![
+            TableBuilder::new(n)
+                .str("run_id", rows.iter().map(|r| r.0.to_string()).collect())
+                .str("status", vec!["done".into(); n])
+                .str("encoding", rows.iter().map(|r| r.1.to_string()).collect())
+                .opt_str(
+                    "pope_delta_init",
+                    rows.iter().map(|r| r.2.map(str::to_string)).collect(),
+                )
+                .i64("min_letters", rows.iter().map(|r| r.3).collect())
+                .i64("max_letters", rows.iter().map(|r| r.4).collect())
+                .i64("max_shift", rows.iter().map(|r| r.5).collect())
+                .opt_i64("min_abs_shift", rows.iter().map(|r| r.6).collect())
+                .opt_str(
+                    "shift_sign",
+                    rows.iter().map(|r| r.7.map(str::to_string)).collect(),
+                )
+                .i64("seed", rows.iter().map(|r| r.8).collect())
+                .i64("batch_size", vec![64; n])
+                .i64("d_model", vec![64; n])
+                .build(),
+        ],
+    );
+    // Curves: steps 0, 100, 200 per run, accuracy = step / 1000 + seed / 10; run a's final
+    // evaluation written twice (it must count once); one train row (ignored).
+    let mut c: Vec<(String, &str, i64, f64)> = Vec::new();
+    for r in &rows {
+        for step in [0i64, 100, 200] {
+            c.push((
+                r.0.into(),
+                "eval",
+                step,
+                step as f64 / 1000.0 + r.8 as f64 / 10.0,
+            ));
+        }
+    }
+    c.push(("a".into(), "eval", 200, 0.2));
+    c.push(("a".into(), "train", 200, 0.9));
+    let m = c.len();
+    let curves = Table::from_batches(
+        "curves",
+        vec![
+            TableBuilder::new(m)
+                .str("run_id", c.iter().map(|r| r.0.clone()).collect())
+                .str("split", c.iter().map(|r| r.1.to_string()).collect())
+                .i64("step", c.iter().map(|r| r.2).collect())
+                .f64("accuracy", c.iter().map(|r| r.3).collect())
+                .build(),
+        ],
+    );
+    let panels = data::accuracy_vs_examples(&runs, &curves).unwrap();
+    let titles: Vec<&str> = panels.iter().map(|p| p.setting.as_str()).collect();
+    // d_model is the same in every run: not in the titles. Run f's null sign is "both".
+    assert_eq!(
+        titles,
+        [
+            "5–8 letters, k = +1",
+            "5–8 letters, |k| = 1",
+            "5–8 letters, |k| ≤ 2"
+        ]
+    );
+    let wide = &panels[2];
+    let labels: Vec<&str> = wide.curves.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(labels, ["rope", "pope", "pope δ-uniform"]);
+    let rope = &wide.curves[0];
+    // Step 0 is left out (log axis); x = step × 64 / 1000 examples.
+    let xs: Vec<f64> = rope.points.iter().map(|p| p.0).collect();
+    assert_eq!(xs, [6.4, 12.8]);
+    // Seeds 0 and 1 at step 200: 0.2 and 0.3 (run a's duplicate not counted twice).
+    assert_eq!(rope.points[1].1.values.len(), 2);
+    assert!(close(rope.points[1].1.mean, 0.25));
+    assert_eq!(panels[0].curves.len(), 1);
+    assert_eq!(panels[0].curves[0].label, "rope");
+}
+
 /// A synthetic `mi.parquet` in the MI-profile sweep's schema: MI(lag) = a · lag_chars^(−1/2)
 /// for two granularities of corpus `synthetic` with 1 and 4 characters per token, so the
 /// rescaled curves coincide; with `with_task`, also a task profile (`task:block-copy-B8`: MI at
@@ -612,6 +711,7 @@ fn write_all_tables(dir: &Path) {
         .i64("dep_width", runs.iter().map(|r| r.1).collect())
         .i64("seed", runs.iter().map(|r| r.2).collect())
         .i64("ops", runs.iter().map(|r| r.1).collect())
+        .i64("batch_size", vec![64; n])
         .opt_f64(
             "effective_freq",
             runs.iter().map(|r| Some(PI / r.1 as f64)).collect(),

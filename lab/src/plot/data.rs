@@ -1092,6 +1092,163 @@ pub fn eval_accuracy_curves(runs: &Table, curves: &Table) -> Result<Vec<Curve>, 
     Ok(curves_from(by))
 }
 
+/// The curves of one task setting (one panel of `accuracy-vs-examples`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SettingCurves {
+    /// The setting, e.g. `5–8 letters, |k| ≤ 2` or `5–8 letters, k = +1`, followed by the model
+    /// and batch columns that differ between the folder's runs (`d_model 128`).
+    pub setting: String,
+    /// Held-out accuracy against thousands of training examples seen, one curve per encoding
+    /// (PoPE with a uniform δ initialisation as its own curve), over seeds.
+    pub curves: Vec<Curve>,
+}
+
+/// The indirect-indexing task of a runs row as a panel title: letters, the shift range and its
+/// knobs (`min_abs_shift`, `shift_sign`; absent columns and nulls are the defaults, 0 and both).
+fn indirect_setting(runs: &Table, i: usize) -> Result<String, PlotError> {
+    let int = |c: &str| -> Result<Option<i64>, PlotError> {
+        Ok(if runs.has(c) { runs.i64s(c)?[i] } else { None })
+    };
+    let (lo, hi, k) = (int("min_letters")?, int("max_letters")?, int("max_shift")?);
+    let min_abs = int("min_abs_shift")?.unwrap_or(0);
+    let sign = if runs.has("shift_sign") {
+        runs.strs("shift_sign")?[i].clone()
+    } else {
+        None
+    };
+    let f = |v: Option<i64>| v.map_or("?".to_string(), |v| v.to_string());
+    let shifts = match (sign.as_deref(), k) {
+        (Some("positive"), Some(k)) if k == min_abs.max(1) => format!("k = +{k}"),
+        (Some("negative"), Some(k)) if k == min_abs.max(1) => format!("k = −{k}"),
+        (Some("positive"), _) => format!("k in +{}…+{}", min_abs.max(1), f(k)),
+        (Some("negative"), _) => format!("k in −{}…−{}", f(k), min_abs.max(1)),
+        _ if Some(min_abs) == k => format!("|k| = {min_abs}"),
+        _ if min_abs > 0 => format!("{min_abs} ≤ |k| ≤ {}", f(k)),
+        _ => format!("|k| ≤ {}", f(k)),
+    };
+    Ok(format!("{}–{} letters, {shifts}", f(lo), f(hi)))
+}
+
+/// Model and data columns that tell runs of one task setting apart in a panel title when they
+/// differ within the folder.
+const SETTING_EXTRAS: [&str; 6] = [
+    "n_layers",
+    "d_model",
+    "n_heads",
+    "batch_size",
+    "train_examples",
+    "lr",
+];
+
+/// Indirect indexing: held-out accuracy against the number of training examples seen (thousands:
+/// step × `batch_size` / 1000), one panel per task setting, one curve per encoding over seeds
+/// (the `curves` table's `eval` rows after step 0, joined to finished runs). PoPE runs with
+/// `pope_delta_init = "uniform"` form their own curve, `pope δ-uniform`. Panels are ordered by
+/// setting title.
+///
+/// # Errors
+/// A missing column (`run_id`, `encoding`, `batch_size` in `runs`; `run_id`, `split`, `step`,
+/// `accuracy` in `curves`).
+pub fn accuracy_vs_examples(runs: &Table, curves: &Table) -> Result<Vec<SettingCurves>, PlotError> {
+    let done = done_rows(runs)?;
+    let ids = runs.strs("run_id")?;
+    let encs = runs.strs("encoding")?;
+    let batch = runs.i64s("batch_size")?;
+    let delta = if runs.has("pope_delta_init") {
+        runs.strs("pope_delta_init")?
+    } else {
+        vec![None; runs.rows()]
+    };
+    // Extra columns that vary over the finished runs.
+    let mut extras: Vec<(&str, Vec<Option<String>>)> = Vec::new();
+    for c in SETTING_EXTRAS {
+        if !runs.has(c) {
+            continue;
+        }
+        let vals: Vec<Option<String>> = match runs.data_type(c) {
+            Some(arrow_schema::DataType::Float64) => runs
+                .f64s(c)?
+                .into_iter()
+                .map(|v| v.map(|v| fmt_value(v)))
+                .collect(),
+            _ => runs
+                .i64s(c)?
+                .into_iter()
+                .map(|v| v.map(|v| v.to_string()))
+                .collect(),
+        };
+        let distinct: BTreeSet<&Option<String>> = (0..runs.rows())
+            .filter(|&i| done[i])
+            .map(|i| &vals[i])
+            .collect();
+        if distinct.len() > 1 {
+            extras.push((c, vals));
+        }
+    }
+    let mut of_run: BTreeMap<String, (String, String, i64)> = BTreeMap::new();
+    for i in (0..runs.rows()).filter(|&i| done[i]) {
+        let (Some(id), Some(e), Some(b)) = (&ids[i], &encs[i], batch[i]) else {
+            continue;
+        };
+        let mut setting = indirect_setting(runs, i)?;
+        for (c, vals) in &extras {
+            if let Some(v) = &vals[i] {
+                setting.push_str(&format!(", {c} {v}"));
+            }
+        }
+        let label = match (e.as_str(), delta[i].as_deref()) {
+            ("pope", Some("uniform")) => "pope δ-uniform".to_string(),
+            _ => e.clone(),
+        };
+        of_run.insert(id.clone(), (setting, label, b));
+    }
+    let (c_ids, split, step, acc) = (
+        curves.strs("run_id")?,
+        curves.strs("split")?,
+        curves.i64s("step")?,
+        curves.f64s("accuracy")?,
+    );
+    type ByLabel = BTreeMap<(usize, usize, String), BTreeMap<i64, Vec<f64>>>;
+    let mut by: BTreeMap<String, ByLabel> = BTreeMap::new();
+    // One value per (run, step): a run's curves may hold an evaluation twice (the final one).
+    let mut seen: BTreeSet<(String, i64)> = BTreeSet::new();
+    for i in 0..curves.rows() {
+        if let (Some(id), Some("eval"), Some(s), Some(a)) =
+            (&c_ids[i], split[i].as_deref(), step[i], acc[i])
+            && s > 0
+            && let Some((setting, label, b)) = of_run.get(id)
+            && seen.insert((id.clone(), s))
+        {
+            by.entry(setting.clone())
+                .or_default()
+                .entry(label_rank(label))
+                .or_default()
+                .entry(s * b)
+                .or_default()
+                .push(a);
+        }
+    }
+    Ok(by
+        .into_iter()
+        .map(|(setting, b)| SettingCurves {
+            setting,
+            curves: curves_from(b)
+                .into_iter()
+                .map(|mut c| {
+                    c.points.iter_mut().for_each(|p| p.0 /= 1000.0);
+                    c
+                })
+                .collect(),
+        })
+        .collect())
+}
+
+/// A float parameter in a panel title: up to 4 significant decimals, no trailing zeros.
+fn fmt_value(v: f64) -> String {
+    let s = format!("{v:.4}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 // ---------------------------------------------------------------------------------------------
 // MI profiles
 

@@ -9,6 +9,7 @@
 //! | `block-width` | `ablation` | accuracy unablated / with the π/B band / with a far band at θ = 0, per B (when the sweep ablated) |
 //! | `indirect-indexing` | `accuracy-by-encoding` | final-token accuracy per encoding, seeds as dots, chance |
 //! | `indirect-indexing` | `accuracy-curves` | held-out accuracy vs training step per encoding |
+//! | `indirect-indexing` | `accuracy-vs-examples` | held-out accuracy vs examples seen (log), a panel per task setting |
 //! | `pi-self-similarity` | `pi-accuracy` | accuracy at s × L per scaling, dilated vs fixed tasks (grouped bars) |
 //! | `length-extrapolation` | `nll-vs-length` | value NLL and needle accuracy vs evaluation length per encoding/scaling |
 //! | `igsm-ops` | `igsm-ops` | answer accuracy and θ_eff vs number of operations |
@@ -119,7 +120,12 @@ pub const SWEEP_FIGURES: &[(&str, &[&str])] = &[
     ),
     (
         "indirect-indexing",
-        &["accuracy-by-encoding", "accuracy-curves", "attention"],
+        &[
+            "accuracy-by-encoding",
+            "accuracy-curves",
+            "accuracy-vs-examples",
+            "attention",
+        ],
     ),
     ("base-vs-width", &["theta-eff-vs-width"]),
     ("pi-self-similarity", &["pi-accuracy"]),
@@ -150,6 +156,9 @@ pub fn figure_caption(sweep: &str, stem: &str) -> &'static str {
         }
         ("indirect-indexing", "accuracy-curves") => {
             "Held-out accuracy against training step per encoding (seeds as lines): whether and when each learns to match content and then shift by position."
+        }
+        ("indirect-indexing", "accuracy-vs-examples") => {
+            "Held-out accuracy against the training examples seen (log axis), one panel per task setting (letters, shift range), per encoding: where, if anywhere, PoPE pulls away from RoPE."
         }
         ("indirect-indexing", "attention") => {
             "What vs where: the final prompt token's attention, per layer and head, on the query letter's place in the string (a content match), on the answer letter (the shift applied), on the query token and on the other letters; a model that solves the task has a head on the answer letter."
@@ -347,6 +356,31 @@ fn draw_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, P
                 out,
                 "accuracy-curves",
             )?);
+            let settings = data::accuracy_vs_examples(&runs, &table("curves")?)?;
+            if !settings.is_empty() {
+                written.extend(save(
+                    &LinesPlot {
+                        title: "Indirect indexing: accuracy against training examples seen".into(),
+                        panels: settings
+                            .into_iter()
+                            .enumerate()
+                            .map(|(i, s)| LinePanel {
+                                title: s.setting,
+                                x_desc: "training examples seen (thousands)".into(),
+                                y_desc: "held-out accuracy (answer token)".into(),
+                                curves: s.curves,
+                                log2_x: true,
+                                percent_y: true,
+                                vlines: vec![],
+                                legend: (i == 0).then_some(SeriesLabelPosition::UpperLeft),
+                            })
+                            .collect(),
+                        note: "one panel per task setting; line: mean over seeds; band: min–max over seeds; log axis".into(),
+                    },
+                    out,
+                    "accuracy-vs-examples",
+                )?);
+            }
             // Runs of lab versions before 2026-12-02 have no attention table: two figures then.
             if let Ok(attention) = table("attention") {
                 let panels = data::attention_panels(&attention, &runs)?;
