@@ -131,6 +131,25 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
     },
+    /// Needle-retrieval runs: where the token that predicts the value looks, per layer and head, at
+    /// a context length (needle share, log-ratio needle vs haystack, far share; docs/analysis-rules.md
+    /// R33). One JSON line per head.
+    #[command(
+        after_help = "Examples:\n  lab needle-attention results/length-extrapolation/runs/<id> --seq-len 256\n  lab needle-attention results/length-extrapolation/runs/<id> --seq-len 64 --n 512"
+    )]
+    NeedleAttention {
+        /// Run folder or checkpoint folder of a needle-retrieval run.
+        checkpoint: PathBuf,
+        /// Context length to probe at, tokens (the trained length or longer).
+        #[arg(long, allow_negative_numbers = true)]
+        seq_len: usize,
+        /// Held-out contexts to average over.
+        #[arg(long, default_value_t = 256)]
+        n: usize,
+        /// Which value character's row to probe (0: the query's `:`, which predicts the first).
+        #[arg(long, default_value_t = 0)]
+        value_index: usize,
+    },
     /// Draw a sweep's figures (PNG and SVG) from its tables: one figure per claim.
     #[command(
         after_help = "Examples:\n  lab plot block-width\n  lab plot indirect-indexing --results /tmp/ind --out /tmp/ind/figures\n\nSweeps with figures: block-width, base-vs-width, indirect-indexing, pi-self-similarity, length-extrapolation, igsm-ops, mi-profiles.\nText uses DejaVu Sans (Debian: fonts-dejavu-core) or the font file in $LAB_FONT."

@@ -27,6 +27,7 @@ pub mod indirect;
 pub mod kernels;
 pub mod mi;
 pub mod model;
+pub mod needle;
 pub mod plot;
 pub mod probe;
 pub mod report;

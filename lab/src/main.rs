@@ -196,6 +196,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("{}", out.json(&req));
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::NeedleAttention {
+            checkpoint,
+            seq_len,
+            n,
+            value_index,
+        } => {
+            for line in lab::needle::needle_attention_command(&checkpoint, seq_len, n, value_index)?
+            {
+                println!("{line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Mi(args) => {
             let (req, dir) = args.request()?;
             let (summary, output) = lab::mi::profile_command(&req, dir.as_deref())?;
