@@ -477,8 +477,7 @@ impl IndirectConfig {
         if !self.shift_sign.is_both() && self.max_shift == 0 {
             return Err(TaskError::Invalid {
                 field: "shift_sign",
-                message: "\"positive\" and \"negative\" need max_shift ≥ 1; max_shift = 0"
-                    .into(),
+                message: "\"positive\" and \"negative\" need max_shift ≥ 1; max_shift = 0".into(),
             });
         }
         let min = self.min_seq_len();
@@ -1068,10 +1067,15 @@ mod tests {
         }
         assert_eq!(counts[3], 0, "k = 0 is never kept");
         let stat = chi2(
-            &[counts[0], counts[1], counts[2], counts[4], counts[5], counts[6]],
+            &[
+                counts[0], counts[1], counts[2], counts[4], counts[5], counts[6],
+            ],
             &[want[0], want[1], want[2], want[4], want[5], want[6]],
         );
-        assert!(stat < 20.5, "chi2 = {stat} (df 5, p = 0.001 at 20.5): {counts:?}");
+        assert!(
+            stat < 20.5,
+            "chi2 = {stat} (df 5, p = 0.001 at 20.5): {counts:?}"
+        );
         // Positive only, max_shift = 1: the letter right after the query, every time.
         for (sign, k) in [(ShiftSign::Positive, 1), (ShiftSign::Negative, -1)] {
             let c = IndirectConfig {
@@ -1128,14 +1132,20 @@ mod tests {
         // Params: the defaults are not written (run ids of older runs stay), the knobs are.
         let p = IndirectParams::default();
         let json = serde_json::to_string(&p).unwrap();
-        assert_eq!(json, r#"{"min_letters":20,"max_letters":40,"max_shift":15}"#);
+        assert_eq!(
+            json,
+            r#"{"min_letters":20,"max_letters":40,"max_shift":15}"#
+        );
         let p = IndirectParams {
             min_abs_shift: 1,
             shift_sign: ShiftSign::Positive,
             ..p
         };
         let json = serde_json::to_string(&p).unwrap();
-        assert!(json.ends_with(r#""min_abs_shift":1,"shift_sign":"positive"}"#), "{json}");
+        assert!(
+            json.ends_with(r#""min_abs_shift":1,"shift_sign":"positive"}"#),
+            "{json}"
+        );
         assert_eq!(serde_json::from_str::<IndirectParams>(&json).unwrap(), p);
     }
 
