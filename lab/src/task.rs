@@ -278,7 +278,14 @@ mod tests {
                     noise: 0.0,
                 }),
             ),
-            (TaskKind::Indirect, TaskConfig::Indirect(Default::default())),
+            (
+                TaskKind::Indirect,
+                TaskConfig::Indirect(IndirectParams {
+                    min_abs_shift: 1,
+                    shift_sign: tasks::indirect::ShiftSign::Positive,
+                    ..Default::default()
+                }),
+            ),
             (
                 TaskKind::Igsm,
                 TaskConfig::Igsm(tasks::igsm::IgsmParams {

@@ -60,17 +60,25 @@ fn sigkill_at_random_moments_then_resume() {
         child.wait().unwrap();
         kills += 1;
         delays.push(delay);
-        // Let the kernel finish killing the group's run processes.
+        // Let the kernel finish killing the group's run processes (under load a SIGKILLed run
+        // process can take more than 100 ms to go): poll `lab status` for up to 5 s.
         std::thread::sleep(Duration::from_millis(100));
         temporaries_seen += temporaries(&out).len();
         parquet_checked += check_all_parquet(&out);
-        let o = lab()
-            .args(["status", "block-width", "--preset", "smoke", "--out"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        let (stdout, _) = text(&o);
-        assert!(o.status.success());
+        let mut stdout = String::new();
+        for _ in 0..50 {
+            let o = lab()
+                .args(["status", "block-width", "--preset", "smoke", "--out"])
+                .arg(&out)
+                .output()
+                .unwrap();
+            assert!(o.status.success());
+            stdout = text(&o).0;
+            if stdout.contains(", 0 running, ") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         assert!(stdout.contains(", 0 running, 0 failed, "), "{stdout}");
     }
     assert!(
