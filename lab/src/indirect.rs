@@ -216,14 +216,8 @@ pub fn final_token_attention(
             ids.extend(ex.input.iter().map(|&x| x as i64));
         }
         let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [chunk.len(), seq]), &device);
-        let (_, qk) = model.forward_with_qk(tokens);
-        for (l, layer_qk) in qk.into_iter().enumerate() {
-            let probs = model
-                .attention_probs(l, layer_qk.q, layer_qk.k)
-                .into_data()
-                .convert::<f32>()
-                .try_to_vec::<f32>()
-                .expect("f32 probabilities");
+        let (_, layer_probs) = model.forward_with_probs(tokens);
+        for (l, probs) in layer_probs.into_iter().enumerate() {
             for (b, s) in chunk.iter().enumerate() {
                 let t = s.text.chars().count() - 1;
                 let role = roles(s, seq);

@@ -188,7 +188,7 @@ pub fn needle_attention(
             chunk.push((s, ex.target[t]));
         }
         let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [chunk.len(), seq]), &device);
-        let (logits, qk) = model.forward_with_qk(tokens);
+        let (logits, layer_probs) = model.forward_with_probs(tokens);
         let vocab = logits.dims()[2];
         let logits = logits
             .into_data()
@@ -202,13 +202,7 @@ pub fn needle_attention(
                 .expect("a vocabulary");
             right += usize::from(best as u32 == *target);
         }
-        for (l, layer_qk) in qk.into_iter().enumerate() {
-            let probs = model
-                .attention_probs(l, layer_qk.q, layer_qk.k)
-                .into_data()
-                .convert::<f32>()
-                .try_to_vec::<f32>()
-                .expect("f32 probabilities");
+        for (l, probs) in layer_probs.into_iter().enumerate() {
             for (b, (s, _)) in chunk.iter().enumerate() {
                 let needle = s.needle_start..s.needle_start + record;
                 let aim = s.needle_start + task.key_len + 1 + value_index;

@@ -695,6 +695,25 @@ impl Transformer {
         softmax(scores.mask_fill(mask.unsqueeze::<4>(), -1.0e9f32), 3)
     }
 
+    /// Logits `[batch, seq, vocab]` and every layer's causal attention probabilities as host
+    /// vectors, each `[batch, heads, seq_q, seq_k]` row-major ([`Transformer::forward_with_qk`]
+    /// then [`Transformer::attention_probs`] per layer). For probes on short sequences.
+    pub fn forward_with_probs(&self, tokens: Tensor<2, Int>) -> (Tensor<3>, Vec<Vec<f32>>) {
+        let (logits, qk) = self.forward_with_qk(tokens);
+        let probs = qk
+            .into_iter()
+            .enumerate()
+            .map(|(l, layer_qk)| {
+                self.attention_probs(l, layer_qk.q, layer_qk.k)
+                    .into_data()
+                    .convert::<f32>()
+                    .try_to_vec::<f32>()
+                    .expect("f32 probabilities")
+            })
+            .collect();
+        (logits, probs)
+    }
+
     fn forward_inner(
         &self,
         tokens: Tensor<2, Int>,
