@@ -364,9 +364,6 @@ mod tests {
         }
     }
 
-    /// erf against hand values (tables: erf(0.5) = 0.5204998778, erf(1) = 0.8427007929,
-    /// erf(2) = 0.9953222650) and odd symmetry; max error over [−5, 5] against f64 libm-free
-    /// series is checked through GELU below.
     /// RMSNorm's backward over many row tasks gives the same bits on one and two threads, run
     /// after run (its gain gradient is summed over the tasks in a fixed order), and its gain
     /// gradient equals the sum over rows computed directly in f64 to round-off.
@@ -426,6 +423,9 @@ mod tests {
         );
     }
 
+    /// erf against hand values (tables: erf(0.5) = 0.5204998778, erf(1) = 0.8427007929,
+    /// erf(2) = 0.9953222650) and odd symmetry; max error over [−5, 5] against f64 libm-free
+    /// series is checked through the GELU tests.
     #[test]
     fn erf_hand_values() {
         for (x, want) in [
