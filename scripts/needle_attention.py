@@ -30,11 +30,15 @@ except ImportError:
 FACTORS = [1, 2, 4, 8]
 
 
-def probe(lab, run_dir, seq_len, n, value_index):
-    out = subprocess.run([lab, "needle-attention", str(run_dir), "--seq-len", str(seq_len), "--n", str(n),
-                          "--value-index", str(value_index)],
+def probe(lab, run_dir, seq_len, n):
+    """Every value character's rows of `lab needle-attention`, by value index."""
+    out = subprocess.run([lab, "needle-attention", str(run_dir), "--seq-len", str(seq_len), "--n", str(n)],
                          check=True, capture_output=True, text=True).stdout
-    return [json.loads(line) for line in out.splitlines()]
+    by_j = {}
+    for line in out.splitlines():
+        h = json.loads(line)
+        by_j.setdefault(h["value_index"], []).append(h)
+    return by_j
 
 
 def main():
@@ -52,9 +56,9 @@ def main():
     per_run = []
     for r in runs.iter_rows(named=True):
         run_dir = Path(args.results) / "runs" / r["run_id"]
-        value_len = json.loads(r["config_json"])["task"]["value_len"]
-        rows_j = {(f, j): probe(args.lab, run_dir, f * r["seq_len"], args.n, j)
-                  for f in FACTORS for j in range(value_len)}
+        probed = {f: probe(args.lab, run_dir, f * r["seq_len"], args.n) for f in FACTORS}
+        value_len = len(probed[1])
+        rows_j = {(f, j): probed[f][j] for f in FACTORS for j in range(value_len)}
         rows += [h for v in rows_j.values() for h in v]
         heads = {f: rows_j[(f, 0)] for f in FACTORS}
         best = max(heads[1], key=lambda h: (h["needle_share"], -h["layer"], -h["head"]))

@@ -131,9 +131,10 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
     },
-    /// Needle-retrieval runs: where the token that predicts the value looks, per layer and head, at
-    /// a context length (needle share, log-ratio needle vs haystack, far share; docs/analysis-rules.md
-    /// R33). One JSON line per head.
+    /// Needle-retrieval runs: where each token that predicts a value character looks, per layer and
+    /// head, at a context length (needle share, log-ratio needle vs haystack, far share, aim share,
+    /// and the character's greedy accuracy; docs/analysis-rules.md R33, R34). One JSON line per
+    /// value character and head.
     #[command(
         after_help = "Examples:\n  lab needle-attention results/length-extrapolation/runs/<id> --seq-len 256\n  lab needle-attention results/length-extrapolation/runs/<id> --seq-len 64 --n 512"
     )]
@@ -146,9 +147,6 @@ pub enum Cmd {
         /// Held-out contexts to average over.
         #[arg(long, default_value_t = 256)]
         n: usize,
-        /// Which value character's row to probe (0: the query's `:`, which predicts the first).
-        #[arg(long, default_value_t = 0)]
-        value_index: usize,
     },
     /// Draw a sweep's figures (PNG and SVG) from its tables: one figure per claim.
     #[command(

@@ -200,10 +200,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             checkpoint,
             seq_len,
             n,
-            value_index,
         } => {
-            for line in lab::needle::needle_attention_command(&checkpoint, seq_len, n, value_index)?
-            {
+            for line in lab::needle::needle_attention_command(&checkpoint, seq_len, n)? {
                 println!("{line}");
             }
             Ok(ExitCode::SUCCESS)

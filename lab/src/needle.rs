@@ -140,113 +140,134 @@ impl NeedleHead {
     }
 }
 
+/// The heads' needle statistics on the query row that predicts one value character.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ValueRow {
+    /// Which value character the row predicts (0: the query's `:` predicts the first).
+    pub value_index: usize,
+    /// Greedy (argmax) accuracy of that character over the contexts.
+    pub accuracy: f64,
+    /// `[layer][head]`.
+    pub heads: Vec<Vec<NeedleHead>>,
+}
+
 /// Needle statistics of every head of `model` at context `cfg.seq_len`, over the first `n` held-out
 /// contexts of the run's seed (the needle task of `cfg`, so the trained task at another length),
-/// `[layer][head]`, on the query row that predicts value character `value_index` (0: the query's
-/// `:`, the row of R33), and the greedy accuracy of that character. `train_len` is the length the
-/// model was trained at (for the far share). Materialises `seq × seq` probabilities per head, in
-/// chunks of 32 contexts.
+/// one [`ValueRow`] per value character (row 0, the query's `:`, is R33's), from one forward pass
+/// per chunk of 32 contexts. `train_len` is the length the model was trained at (for the far
+/// share). Materialises `seq × seq` probabilities per head.
 ///
 /// # Panics
-/// If `cfg` is not a needle-retrieval run, `n = 0` or `value_index ≥ value_len`.
+/// If `cfg` is not a needle-retrieval run or `n = 0`.
 pub fn needle_attention(
     model: &Transformer,
     cfg: &RunConfig,
     train_len: usize,
     device: &Device,
     n: usize,
-    value_index: usize,
-) -> (Vec<Vec<NeedleHead>>, f64) {
+) -> Vec<ValueRow> {
     let TaskGen::Needle(task) = cfg.task() else {
         panic!("needle_attention needs a needle-retrieval run");
     };
     assert!(n > 0, "needle_attention needs at least one context");
-    assert!(value_index < task.value_len, "value_index past the value");
     let model = model.valid();
     let device = device.clone().inner();
     let seq = cfg.seq_len;
     let (layers, heads) = (cfg.n_layers, cfg.n_heads);
     let query_start = task.query_start();
-    // The query `?key:`: its `:` predicts the value's first character, each value character the next.
-    let t = query_start + task.key_len + 1 + value_index;
-    let mut right = 0usize;
+    // The query `?key:`: its `:` (row t0) predicts the value's first character, row t0 + j the
+    // character j.
+    let t0 = query_start + task.key_len + 1;
+    let rows = task.value_len;
     let record = task.record_len();
-    let mut sums = vec![vec![RowSums::default(); heads]; layers];
+    let mut right = vec![0usize; rows];
+    let mut sums = vec![vec![vec![RowSums::default(); heads]; layers]; rows];
     let indices: Vec<u64> = (0..n as u64).collect();
     for chunk_idx in indices.chunks(32) {
-        let mut chunk = Vec::with_capacity(chunk_idx.len());
-        let mut ids = Vec::with_capacity(chunk_idx.len() * seq);
-        for &i in chunk_idx {
-            let s = task
-                .sample(cfg.seed, Split::Eval, i)
-                .expect("config validated");
-            let ex = task
-                .example(cfg.seed, Split::Eval, i)
-                .expect("config validated");
-            debug_assert_eq!(ex.input.len(), seq);
-            ids.extend(ex.input.iter().map(|&x| x as i64));
-            chunk.push((s, ex.target[t]));
-        }
-        let tokens = Tensor::<2, Int>::from_data(TensorData::new(ids, [chunk.len(), seq]), &device);
+        let samples: Vec<_> = chunk_idx
+            .iter()
+            .map(|&i| {
+                task.sample(cfg.seed, Split::Eval, i)
+                    .expect("config validated")
+            })
+            .collect();
+        // The text is the whole context (`seq` characters); the model reads it, row t predicts
+        // character t + 1.
+        let ids: Vec<i64> = samples
+            .iter()
+            .flat_map(|s| s.text.chars())
+            .map(|c| tasks::needle::encode(c).expect("text is in the vocabulary") as i64)
+            .collect();
+        let tokens = Tensor::<2, Int>::from_data(
+            TensorData::new(ids.clone(), [samples.len(), seq]),
+            &device,
+        );
         let (logits, layer_probs) = model.forward_with_probs(tokens);
-        let vocab = logits.dims()[2];
-        let logits = logits
+        let predicted = logits
+            .argmax(2)
             .into_data()
-            .convert::<f32>()
-            .try_to_vec::<f32>()
-            .expect("f32 logits");
-        for (b, (_, target)) in chunk.iter().enumerate() {
-            let row = &logits[(b * seq + t) * vocab..][..vocab];
-            let best = (0..vocab)
-                .max_by(|&i, &j| row[i].total_cmp(&row[j]).then(j.cmp(&i)))
-                .expect("a vocabulary");
-            right += usize::from(best as u32 == *target);
+            .convert::<i64>()
+            .try_to_vec::<i64>()
+            .expect("argmax gives integers");
+        for b in 0..samples.len() {
+            for (j, r) in right.iter_mut().enumerate() {
+                let t = t0 + j;
+                *r += usize::from(predicted[b * seq + t] == ids[b * seq + t + 1]);
+            }
         }
         for (l, probs) in layer_probs.into_iter().enumerate() {
-            for (b, (s, _)) in chunk.iter().enumerate() {
+            for (b, s) in samples.iter().enumerate() {
                 let needle = s.needle_start..s.needle_start + record;
-                let aim = s.needle_start + task.key_len + 1 + value_index;
-                for (h, sum) in sums[l].iter_mut().enumerate() {
-                    let row = &probs[((b * heads + h) * seq + t) * seq..][..seq];
-                    sum.add(&row_sums(
-                        row,
-                        t,
-                        needle.clone(),
-                        aim,
-                        query_start,
-                        train_len,
-                    ));
+                for (j, sums_j) in sums.iter_mut().enumerate() {
+                    let (t, aim) = (t0 + j, s.needle_start + task.key_len + 1 + j);
+                    for (h, sum) in sums_j[l].iter_mut().enumerate() {
+                        let row = &probs[((b * heads + h) * seq + t) * seq..][..seq];
+                        sum.add(&row_sums(
+                            row,
+                            t,
+                            needle.clone(),
+                            aim,
+                            query_start,
+                            train_len,
+                        ));
+                    }
                 }
             }
         }
     }
-    let heads = sums
-        .iter()
+    sums.iter()
+        .zip(&right)
         .enumerate()
-        .map(|(l, layer)| {
-            layer
+        .map(|(j, (sums_j, &r))| ValueRow {
+            value_index: j,
+            accuracy: r as f64 / n as f64,
+            heads: sums_j
                 .iter()
                 .enumerate()
-                .map(|(h, s)| NeedleHead::from_sums(l, h, s, n))
-                .collect()
+                .map(|(l, layer)| {
+                    layer
+                        .iter()
+                        .enumerate()
+                        .map(|(h, s)| NeedleHead::from_sums(l, h, s, n))
+                        .collect()
+                })
+                .collect(),
         })
-        .collect();
-    (heads, right as f64 / n as f64)
+        .collect()
 }
 
 /// `lab needle-attention`: load the run at `path` (a run or checkpoint folder), probe it at
-/// `seq_len` over `n` held-out contexts on the CPU on the row of value character `value_index`,
-/// and return one JSON line per head (the run's id, encoding, seed, both lengths, the value
-/// index and that character's greedy accuracy, and [`NeedleHead`]'s fields).
+/// `seq_len` over `n` held-out contexts on the CPU, and return one JSON line per value character
+/// and head (the run's id, encoding, seed, both lengths, the value index and that character's
+/// greedy accuracy, and [`NeedleHead`]'s fields).
 ///
 /// # Errors
 /// One line naming the problem: the checkpoint does not load, the run is not needle retrieval,
-/// `n` is 0, `value_index` is past the value, or `seq_len` is shorter than the task needs.
+/// `n` is 0, or `seq_len` is shorter than the task needs.
 pub fn needle_attention_command(
     path: &std::path::Path,
     seq_len: usize,
     n: usize,
-    value_index: usize,
 ) -> Result<Vec<String>, anyhow::Error> {
     let device = Device::default();
     let (train_cfg, model) = crate::checkpoint::load(path, &device)?;
@@ -260,23 +281,14 @@ pub fn needle_attention_command(
     if n == 0 {
         anyhow::bail!("n = 0 is out of range: must be in 1..");
     }
-    if let TaskGen::Needle(t) = train_cfg.task()
-        && value_index >= t.value_len
-    {
-        anyhow::bail!(
-            "value_index = {value_index} is out of range: must be in 0..={} (value_len − 1)",
-            t.value_len - 1
-        );
-    }
     let mut cfg = train_cfg.clone();
     cfg.seq_len = seq_len;
     cfg.validate()?;
-    let (heads, accuracy) =
-        needle_attention(&model, &cfg, train_cfg.seq_len, &device, n, value_index);
-    Ok(heads
+    let rows = needle_attention(&model, &cfg, train_cfg.seq_len, &device, n);
+    Ok(rows
         .iter()
-        .flatten()
-        .map(|h| {
+        .flat_map(|row| row.heads.iter().flatten().map(move |h| (row, h)))
+        .map(|(row, h)| {
             let mut v = serde_json::to_value(h).expect("plain numbers");
             v["run_id"] = train_cfg.run_id().into();
             v["encoding"] = train_cfg.encoding.name().into();
@@ -284,8 +296,8 @@ pub fn needle_attention_command(
             v["seq_len"] = seq_len.into();
             v["train_seq_len"] = train_cfg.seq_len.into();
             v["contexts"] = n.into();
-            v["value_index"] = value_index.into();
-            v["value_accuracy"] = accuracy.into();
+            v["value_index"] = row.value_index.into();
+            v["value_accuracy"] = row.accuracy.into();
             v.to_string()
         })
         .collect())
