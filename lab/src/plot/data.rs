@@ -1169,7 +1169,7 @@ pub fn accuracy_vs_examples(runs: &Table, curves: &Table) -> Result<Vec<SettingC
             Some(arrow_schema::DataType::Float64) => runs
                 .f64s(c)?
                 .into_iter()
-                .map(|v| v.map(|v| fmt_value(v)))
+                .map(|v| v.map(super::draw::fmt_num))
                 .collect(),
             _ => runs
                 .i64s(c)?
@@ -1241,12 +1241,6 @@ pub fn accuracy_vs_examples(runs: &Table, curves: &Table) -> Result<Vec<SettingC
                 .collect(),
         })
         .collect())
-}
-
-/// A float parameter in a panel title: up to 4 significant decimals, no trailing zeros.
-fn fmt_value(v: f64) -> String {
-    let s = format!("{v:.4}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 // ---------------------------------------------------------------------------------------------
