@@ -370,6 +370,7 @@ mod tests {
             ops: 2,
             distractors: 0,
             values,
+            min_ops: None,
         });
         cfg.vocab_size = 72;
         cfg.seq_len = 80;

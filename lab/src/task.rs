@@ -290,6 +290,7 @@ mod tests {
                 TaskKind::Igsm,
                 TaskConfig::Igsm(tasks::igsm::IgsmParams {
                     values: tasks::igsm::ValueFormat::Letters,
+                    min_ops: Some(2),
                     ..Default::default()
                 }),
             ),

@@ -118,7 +118,8 @@
 //! # Sampling
 //!
 //! Per example, from its own stream [`crate::example_rng`], in this order (write `k = ops`):
-//! 1. **Solution structure.** The number of leaves `L` uniform in `2..=k + 1` (the fewest and
+//! 1. **Solution structure.** (With [`IgsmConfig::min_ops`] set below `ops`, `k` is first drawn
+//!    uniformly in `min_ops..=ops`, and step 2 redraws `k` with the structure.) The number of leaves `L` uniform in `2..=k + 1` (the fewest and
 //!    most a connected binary DAG with `k` operations can have); quantities `0..L` are leaves.
 //!    Then `k` defined quantities `L, …, L + k − 1`, each from two distinct earlier ones. To make
 //!    every quantity an ancestor of the last one (the question), the generator tracks the set
@@ -1009,6 +1010,13 @@ pub struct IgsmConfig {
     /// How values are written ([`ValueFormat::Letters`] needs a lowercase `alphabet`).
     #[serde(default)]
     pub values: ValueFormat,
+    /// A mixture over problem sizes: when set (in `1..=ops`), each problem's number of operations
+    /// is drawn uniformly in `min_ops..=ops` before its structure, and the pair is redrawn
+    /// together until the structure falls in the requested split (so a size with no template in
+    /// that split is skipped rather than failing). `None` (the default): every problem has
+    /// exactly `ops`, and the random stream is the one of configs without this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_ops: Option<usize>,
 }
 
 impl Default for IgsmConfig {
@@ -1021,6 +1029,7 @@ impl Default for IgsmConfig {
             eval_fraction: 0.25,
             seq_len: 512,
             values: ValueFormat::Digits,
+            min_ops: None,
         }
     }
 }
@@ -1038,6 +1047,11 @@ pub struct IgsmParams {
     /// `"letters"` (one token per value).
     #[serde(skip_serializing_if = "ValueFormat::is_digits")]
     pub values: ValueFormat,
+    /// Train on a mixture of sizes: each problem's `ops` uniform in `min_ops..=ops`
+    /// ([`IgsmConfig::min_ops`]). Unset (default; not serialised, so run ids are unchanged):
+    /// every problem has exactly `ops`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub min_ops: Option<usize>,
 }
 
 impl Default for IgsmParams {
@@ -1047,13 +1061,14 @@ impl Default for IgsmParams {
             ops: c.ops,
             distractors: c.distractors,
             values: c.values,
+            min_ops: c.min_ops,
         }
     }
 }
 
 impl IgsmParams {
     /// Parameter names, in serialisation order (checked by a test).
-    pub const NAMES: &'static [&'static str] = &["ops", "distractors", "values"];
+    pub const NAMES: &'static [&'static str] = &["ops", "distractors", "values", "min_ops"];
 
     /// The generator config for a run with context `seq_len`.
     pub fn config(&self, seq_len: usize) -> IgsmConfig {
@@ -1062,6 +1077,7 @@ impl IgsmParams {
             distractors: self.distractors,
             seq_len,
             values: self.values,
+            min_ops: self.min_ops,
             ..IgsmConfig::default()
         }
     }
@@ -1071,7 +1087,8 @@ impl IgsmConfig {
     /// Check every field.
     ///
     /// # Errors
-    /// The first bad field, in the order `ops` (`1..=20`), `distractors` (`0..=40`), `alphabet`
+    /// The first bad field, in the order `ops` (`1..=20`), `min_ops` (`1..=ops` when set),
+    /// `distractors` (`0..=40`), `alphabet`
     /// ([`TaskError::Invalid`]: empty, a character outside `a–zA–Z`, or repeated), `name_len`
     /// (`1..=4`, then at least the smallest length giving [`IgsmConfig::max_quantities`]
     /// distinct names; [`TaskError::Invalid`] on `alphabet` if even 4 is too short),
@@ -1084,6 +1101,15 @@ impl IgsmConfig {
                 "ops",
                 self.ops,
                 format!("1..={MAX_OPS}"),
+            ));
+        }
+        if let Some(lo) = self.min_ops
+            && !(1..=self.ops).contains(&lo)
+        {
+            return Err(TaskError::out_of_range(
+                "min_ops",
+                lo,
+                format!("1..={} (ops)", self.ops),
             ));
         }
         if self.distractors > MAX_DISTRACTORS {
@@ -1280,9 +1306,8 @@ impl IgsmConfig {
         }
     }
 
-    /// Step 1 of the sampling procedure: the solution's `Def`s, question last.
-    fn draw_structure(&self, rng: &mut ChaCha8Rng) -> Vec<Def> {
-        let k = self.ops;
+    /// Step 1 of the sampling procedure with `k` operations: the solution's `Def`s, question last.
+    fn draw_structure(&self, rng: &mut ChaCha8Rng, k: usize) -> Vec<Def> {
         let n_leaves = rng.random_range(2..=k + 1);
         let mut defs = vec![Def::Leaf; n_leaves];
         let mut unused: Vec<usize> = (0..n_leaves).collect();
@@ -1332,7 +1357,11 @@ impl IgsmConfig {
     fn draw(&self, rng: &mut ChaCha8Rng, split: Split) -> Result<Problem, TaskError> {
         let mut defs = None;
         for _ in 0..MAX_SPLIT_DRAWS {
-            let d = self.draw_structure(rng);
+            let k = match self.min_ops {
+                Some(lo) if lo < self.ops => rng.random_range(lo..=self.ops),
+                _ => self.ops,
+            };
+            let d = self.draw_structure(rng, k);
             if self.split_of(structure_hash(&d, d.len() - 1)) == split {
                 defs = Some(d);
                 break;
@@ -1451,6 +1480,66 @@ mod tests {
             statement_order: vec![2, 0, 3, 1],
             query: 2,
             values: ValueFormat::Digits,
+        }
+    }
+
+    /// `min_ops`: sizes uniform in `min_ops..=ops` (seeded frequencies), every problem in its split
+    /// and valid, `min_ops = ops` the stream of an unset `min_ops`, and out-of-range values refused
+    /// by name.
+    #[test]
+    fn min_ops_mixes_sizes_uniformly() {
+        let mixed = IgsmConfig {
+            min_ops: Some(2),
+            distractors: 0,
+            seq_len: 200,
+            ..cfg(4, 0)
+        };
+        for split in BOTH {
+            let mut count = [0usize; 5];
+            for i in 0..900 {
+                let p = mixed.sample(3, split, i).unwrap();
+                assert_eq!(mixed.split_of(p.structure_hash()), split);
+                assert_eq!(check(&render(&p)), Ok(p.answer()));
+                count[p.ops()] += 1;
+            }
+            assert_eq!(count[0] + count[1], 0, "{count:?}");
+            // Uniform over 2, 3, 4 up to the split's acceptance per size: 300 ± 100 each.
+            for k in 2..=4 {
+                assert!((200..=400).contains(&count[k]), "ops {k}: {count:?}");
+            }
+        }
+        // min_ops = ops draws nothing extra: the same problems as without it.
+        let same = IgsmConfig {
+            min_ops: Some(3),
+            ..cfg(3, 2)
+        };
+        for i in 0..20 {
+            assert_eq!(
+                same.sample(1, Split::Train, i).unwrap(),
+                cfg(3, 2).sample(1, Split::Train, i).unwrap()
+            );
+        }
+        // Down to one operation: both splits still sample (a size without a template in a split is
+        // redrawn), and ops-1 problems occur.
+        let from_one = IgsmConfig {
+            min_ops: Some(1),
+            ..cfg(2, 0)
+        };
+        for split in BOTH {
+            let ops: Vec<usize> = (0..200)
+                .map(|i| from_one.sample(0, split, i).unwrap().ops())
+                .collect();
+            assert!(ops.iter().all(|&k| k == 1 || k == 2));
+        }
+        for bad in [0, 4] {
+            let c = IgsmConfig {
+                min_ops: Some(bad),
+                ..cfg(3, 0)
+            };
+            match c.validate() {
+                Err(TaskError::OutOfRange { field, .. }) => assert_eq!(field, "min_ops"),
+                other => panic!("min_ops = {bad}: {other:?}"),
+            }
         }
     }
 
