@@ -174,7 +174,8 @@ pub enum SolutionRole {
     Structure,
     /// A step's quantity name (which quantity comes next: the solution order).
     Name,
-    /// A step's definition `l+r` (copied from the problem statement).
+    /// A step's operand names `l`, `r` of `l+r` (copied from the problem statement, or inferred from
+    /// the solution so far: in post-order the right operand is usually the step just written).
     Definition,
     /// A number copied from earlier: a leaf's value, or the operand values `lv+rv` of a step.
     Value,
@@ -182,17 +183,21 @@ pub enum SolutionRole {
     Result,
     /// The answer's digits after `#`.
     Answer,
+    /// A step's operator `+ - *` in its definition `l+r`: the one part of a step that can only be
+    /// copied from its statement, three characters past the name (issue 19, R38).
+    Operator,
 }
 
 impl SolutionRole {
     /// Every role, in table order.
-    pub const ALL: [SolutionRole; 6] = [
+    pub const ALL: [SolutionRole; 7] = [
         SolutionRole::Structure,
         SolutionRole::Name,
         SolutionRole::Definition,
         SolutionRole::Value,
         SolutionRole::Result,
         SolutionRole::Answer,
+        SolutionRole::Operator,
     ];
 
     /// Short name (`runs.parquet` columns `acc_tf_<name>`).
@@ -204,12 +209,13 @@ impl SolutionRole {
             SolutionRole::Value => "value",
             SolutionRole::Result => "result",
             SolutionRole::Answer => "answer",
+            SolutionRole::Operator => "operator",
         }
     }
 }
 
 /// `name 0.680 (n=1189)  definition …` for [`igsm_accuracy_by_role`]'s counts.
-pub fn describe_roles(by_role: &[(usize, usize); 6]) -> String {
+pub fn describe_roles(by_role: &[(usize, usize); 7]) -> String {
     SolutionRole::ALL
         .iter()
         .zip(by_role)
@@ -246,7 +252,18 @@ pub fn solution_roles(completion: &str) -> Vec<SolutionRole> {
                 roles.push(Structure); // '='
             }
             let r = part_roles.get(i).copied().unwrap_or(Structure);
-            roles.extend(std::iter::repeat_n(r, part.len()));
+            if r == Definition {
+                // Names are letters; the operator is the one character that is not.
+                roles.extend(part.chars().map(|c| {
+                    if c.is_ascii_alphabetic() {
+                        Definition
+                    } else {
+                        Operator
+                    }
+                }));
+            } else {
+                roles.extend(std::iter::repeat_n(r, part.len()));
+            }
         }
         if step.ends_with(';') {
             roles.push(Structure);
@@ -276,14 +293,14 @@ pub fn igsm_accuracy_by_role(
     device: &Device,
     n: usize,
     set: ProblemSet,
-) -> [(usize, usize); 6] {
+) -> [(usize, usize); 7] {
     let TaskGen::Igsm(task) = cfg.task() else {
         panic!("igsm_accuracy_by_role needs an igsm run");
     };
     let model = model.valid();
     let device = device.clone().inner();
     let seq = cfg.seq_len;
-    let mut out = [(0usize, 0usize); 6];
+    let mut out = [(0usize, 0usize); 7];
     for start in (0..n).step_by(64) {
         let rows = (n - start).min(64);
         let problems: Vec<_> = (start..start + rows)
@@ -321,9 +338,9 @@ mod tests {
         let c = "a=5;b=3;c=a+b=5+3=8;#8.";
         let r = solution_roles(c);
         assert_eq!(r.len(), c.len());
-        let (s, n, d, v, x, a) = (Structure, Name, Definition, Value, Result, Answer);
+        let (s, n, d, v, x, a, o) = (Structure, Name, Definition, Value, Result, Answer, Operator);
         #[rustfmt::skip]
-        let want = [n, s, v, s,  n, s, v, s,  n, s, d, d, d, s, v, v, v, s, x, s,  s, a, s];
+        let want = [n, s, v, s,  n, s, v, s,  n, s, d, o, d, s, v, v, v, s, x, s,  s, a, s];
         assert_eq!(r, want);
         // Two-digit values and names keep one role per character.
         let r = solution_roles("xy=12;#12.");
@@ -331,7 +348,12 @@ mod tests {
         // One token per value (`values = "letters"`): the answer letter is the answer.
         let r = solution_roles("a=F;b=D;c=a+b=F+D=I;#I.");
         #[rustfmt::skip]
-        let want = [n, s, v, s,  n, s, v, s,  n, s, d, d, d, s, v, v, v, s, x, s,  s, a, s];
+        let want = [n, s, v, s,  n, s, v, s,  n, s, d, o, d, s, v, v, v, s, x, s,  s, a, s];
+        assert_eq!(r, want);
+        // Two-letter names: both letters of each operand are names, the one operator between.
+        let r = solution_roles("ab=c*de=2*3=6;#6.");
+        #[rustfmt::skip]
+        let want = [n, n, s, d, o, d, d, s, v, v, v, s, x, s,  s, a, s];
         assert_eq!(r, want);
     }
 
@@ -398,17 +420,22 @@ mod tests {
             by_role[SolutionRole::Result as usize].0 >= 3 * 2,
             "ops = 2: two results each"
         );
+        assert_eq!(
+            by_role[SolutionRole::Operator as usize].0,
+            3 * 2,
+            "ops = 2: two operators each"
+        );
         // Every problem's answer is scored: one or two digits, or exactly one letter.
         let answers = by_role[SolutionRole::Answer as usize].0;
         match values {
             tasks::igsm::ValueFormat::Letters => assert_eq!(answers, 3),
             tasks::igsm::ValueFormat::Digits => assert!((3..=6).contains(&answers)),
         }
-        let line = describe_roles(&[(4, 2), (2, 1), (0, 0), (1, 1), (5, 0), (1, 1)]);
+        let line = describe_roles(&[(4, 2), (2, 1), (0, 0), (1, 1), (5, 0), (1, 1), (2, 2)]);
         assert!(
             line.starts_with("structure 0.500 (n=4)  name 0.500 (n=2)  definition 0.000 (n=0)")
         );
-        assert!(line.ends_with("result 0.000 (n=5)  answer 1.000 (n=1)"));
+        assert!(line.ends_with("result 0.000 (n=5)  answer 1.000 (n=1)  operator 1.000 (n=2)"));
         assert!((0.0..=1.0).contains(&g.answer_accuracy));
         assert!(g.solution_valid <= g.answer_accuracy + 1e-12);
     }

@@ -108,11 +108,22 @@ pub struct EvalOutcome {
     pub eval_id: String,
     /// The ablation applied, if any.
     pub ablate: Option<Ablation>,
+    /// iGSM runs: answer accuracy of greedy-decoded solutions of the first
+    /// `min(eval_batches · batch_size, 256)` held-out problems of the evaluated config, with this
+    /// evaluation's scaling applied ([`crate::decode::igsm_generation`]); `None` for other tasks.
+    pub answer_accuracy: Option<f64>,
+    /// iGSM runs: the share of those decoded solutions that pass the checker.
+    pub solution_valid: Option<f64>,
+    /// iGSM runs: teacher-forced accuracy on the same problems' solution characters by
+    /// [`crate::decode::SolutionRole`] (`SolutionRole::ALL` order; NaN for a role with no
+    /// character). Printed by `lab eval`, not written to the table.
+    pub solution_role_accuracy: Option<[f64; 7]>,
 }
 
 impl EvalOutcome {
     /// The JSON object `lab eval` prints for request `req`: ids, lengths, scaling, attention
-    /// factor, loss (nats), accuracy, θ_eff (radians per token) and the ablated pairs.
+    /// factor, loss (nats), accuracy, θ_eff (radians per token), the ablated pairs, and for iGSM
+    /// runs the greedy answer accuracy and valid-solution share (null otherwise).
     pub fn json(&self, req: &EvalRequest) -> serde_json::Value {
         serde_json::json!({
             "eval_id": self.eval_id, "seq_len": self.config.seq_len,
@@ -120,6 +131,14 @@ impl EvalOutcome {
             "factor": req.scaling.factor, "attention_factor": self.attention_factor,
             "loss": self.loss, "accuracy": self.accuracy, "effective_freq": self.effective_freq,
             "ablated_pairs": self.ablate.as_ref().map(|a| a.pairs.clone()),
+            "answer_accuracy": self.answer_accuracy, "solution_valid": self.solution_valid,
+            "acc_tf": self.solution_role_accuracy.map(|a| {
+                crate::decode::SolutionRole::ALL
+                    .iter()
+                    .zip(a)
+                    .map(|(r, x)| (r.name().to_string(), serde_json::json!(x)))
+                    .collect::<serde_json::Map<_, _>>()
+            }),
         })
     }
 }
@@ -254,6 +273,13 @@ pub fn eval_model(
         model
     };
     let ev = train::evaluate(&model, &cfg, device);
+    let generation = (cfg.task.kind() == crate::config::TaskKind::Igsm).then(|| {
+        let n = (cfg.eval_batches * cfg.batch_size).min(256);
+        let held_out = crate::decode::ProblemSet::HeldOut;
+        let g = crate::decode::igsm_generation(&model, &cfg, device, n, held_out);
+        let by_role = crate::decode::igsm_accuracy_by_role(&model, &cfg, device, n, held_out);
+        (g, by_role.map(|(scored, right)| right as f64 / scored as f64))
+    });
     let eval_id = {
         let mut h = blake3::Hasher::new();
         h.update(train_cfg.run_id().as_bytes());
@@ -278,6 +304,9 @@ pub fn eval_model(
         eval_id,
         config: cfg,
         ablate: req.ablate.clone(),
+        answer_accuracy: generation.as_ref().map(|g| g.0.answer_accuracy),
+        solution_valid: generation.as_ref().map(|g| g.0.solution_valid),
+        solution_role_accuracy: generation.map(|g| g.1),
     };
     Ok((out, scaling))
 }
@@ -365,6 +394,8 @@ pub fn evals_row(
         .f64("loss", vec![out.loss])
         .f64("accuracy", vec![out.accuracy])
         .f64("effective_freq", vec![out.effective_freq])
+        .opt_f64("answer_accuracy", vec![out.answer_accuracy])
+        .opt_f64("solution_valid", vec![out.solution_valid])
         .str(
             "ablate_band",
             vec![

@@ -562,7 +562,7 @@ pub struct TrainOutcome {
     /// iGSM only: teacher-forced accuracy on the solution's characters by
     /// [`crate::decode::SolutionRole`] (in `SolutionRole::ALL` order; `NaN` for a role with no
     /// character), set by the sweep runner.
-    pub solution_role_accuracy: Option<[f64; 6]>,
+    pub solution_role_accuracy: Option<[f64; 7]>,
     /// iGSM only: answer accuracy of greedy-decoded solutions of unseen problems of *training*
     /// structures ([`crate::decode::ProblemSet::TrainStructures`]), beside `answer_accuracy` on
     /// held-out structures.
