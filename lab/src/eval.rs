@@ -157,6 +157,7 @@ pub const EVAL_SETTABLE: &[&str] = &[
     "max_shift",
     "ops",
     "distractors",
+    "min_ops",
     "needle_depth",
     "key_len",
     "value_len",
