@@ -80,6 +80,7 @@ pub const RUN_FIELDS: &[&str] = &[
     "stop_window",
     "stop_tol",
     "nope_every",
+    "answer_curve",
 ];
 
 /// Every key a sweep file or `--set` may give a run: [`RUN_FIELDS`], then every task's own
@@ -222,6 +223,12 @@ pub struct RunConfig {
     /// interleaves NoPE every 4th layer); 0 = none.
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub nope_every: usize,
+    /// iGSM: greedy-decode this many held-out problems at every evaluation after step 0, for a
+    /// learning curve of answer accuracy (`curves.answer_accuracy`; [`crate::decode`]); 0
+    /// (default, not serialised) decodes only once, at the end. Each decoding costs one forward
+    /// pass per generated character.
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub answer_curve: usize,
 }
 
 /// A [`RunConfig`] from a TOML table (a sweep's resolved run, or a run config after `--set`).
@@ -339,6 +346,14 @@ impl RunConfig {
             .validate(self.head_dim())
             .map_err(|(field, value, allowed)| ConfigError::new(field, value, allowed))?;
         range("nope_every", self.nope_every, 0, self.n_layers)?;
+        range("answer_curve", self.answer_curve, 0, 1024)?;
+        if self.answer_curve > 0 && self.task.kind() != TaskKind::Igsm {
+            return Err(ConfigError::new(
+                "answer_curve",
+                self.answer_curve,
+                "must be 0: answers are decoded for task igsm only",
+            ));
+        }
         let task = self.task();
         task.validate()
             .map_err(|e| ConfigError::Task(e.to_string()))?;
@@ -569,6 +584,7 @@ pub(crate) mod tests {
             stop_window: 3,
             stop_tol: 0.05,
             nope_every: 0,
+            answer_curve: 0,
         }
     }
 

@@ -8,8 +8,9 @@
 //!
 //! Decoding runs the whole batch of problems in lock step: one forward pass over the longest
 //! sequence so far per generated token (no KV cache; the causal mask makes padding after a row's
-//! end irrelevant to that row). Cost: `max completion length` forward passes of
-//! `[n, ≤ seq_len]` tokens; with the fused attention, memory stays linear in the length.
+//! end irrelevant to that row). A row ends at its final `.` or at the longest text the config can
+//! produce (`IgsmConfig::min_seq_len`, at most `seq_len`), so decoding costs at most that many
+//! forward passes of `[n, ≤ min_seq_len]` tokens whatever the evaluated context length.
 
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
@@ -49,6 +50,17 @@ pub enum ProblemSet {
     /// the problems are new but their templates were trained on (issue 19's R27: is the failure
     /// in-distribution or a failure to generalise to new structures?).
     TrainStructures,
+}
+
+/// The problems a run is scored on: its config with any mixture of sizes removed, so a run
+/// trained on `min_ops..=ops` ([`tasks::igsm::IgsmConfig::min_ops`]) is scored on problems of
+/// exactly `ops` operations, its target size, in both sets (held-out problems have exactly `ops`
+/// anyway; the training-structure set would otherwise be a mixture).
+fn at_largest_size(task: tasks::igsm::IgsmConfig) -> tasks::igsm::IgsmConfig {
+    tasks::igsm::IgsmConfig {
+        min_ops: None,
+        ..task
+    }
 }
 
 /// First [`Split::Train`] index of [`ProblemSet::TrainStructures`] (2⁴⁰, beyond any run's
@@ -121,6 +133,7 @@ pub fn igsm_generation(
     let TaskGen::Igsm(task) = cfg.task() else {
         panic!("igsm_generation needs an igsm run");
     };
+    let task = at_largest_size(task);
     let model = model.valid();
     let device = device.clone().inner();
     let problems: Vec<_> = (0..n as u64)
@@ -131,7 +144,11 @@ pub fn igsm_generation(
         .iter()
         .map(|p| tasks::igsm::encode_str(&p.prompt()).expect("prompt is in the vocabulary"))
         .collect();
-    let mut done: Vec<bool> = seqs.iter().map(|s| s.len() >= cfg.seq_len).collect();
+    // No text of this config is longer than `min_seq_len()`: a row stops there (or at the context's
+    // end) even if it never writes the final `.`, which bounds the cost of decoding a model that
+    // has lost the format (e.g. under a RoPE scaling at 4× the training length).
+    let max_len = task.min_seq_len().min(cfg.seq_len);
+    let mut done: Vec<bool> = seqs.iter().map(|s| s.len() >= max_len).collect();
     while done.iter().any(|d| !d) {
         let active: Vec<usize> = (0..n).filter(|&i| !done[i]).collect();
         let width = active.iter().map(|&i| seqs[i].len()).max().unwrap_or(1);
@@ -144,7 +161,7 @@ pub fn igsm_generation(
         for (row, &i) in active.iter().enumerate() {
             let t = next[row * width + seqs[i].len() - 1] as u32;
             seqs[i].push(t);
-            if t == end || seqs[i].len() >= cfg.seq_len {
+            if t == end || seqs[i].len() >= max_len {
                 done[i] = true;
             }
         }
@@ -297,6 +314,7 @@ pub fn igsm_accuracy_by_role(
     let TaskGen::Igsm(task) = cfg.task() else {
         panic!("igsm_accuracy_by_role needs an igsm run");
     };
+    let task = at_largest_size(task);
     let model = model.valid();
     let device = device.clone().inner();
     let seq = cfg.seq_len;

@@ -220,6 +220,9 @@ pub struct CurvePoint {
     pub spectrum_entropy: Option<f64>,
     /// Argmax frequency of the pooled spectrum (eval rows).
     pub argmax_freq: Option<f64>,
+    /// iGSM runs with `answer_curve > 0`: answer accuracy of greedy-decoded solutions of the first
+    /// `answer_curve` held-out problems (eval rows after step 0).
+    pub answer_accuracy: Option<f64>,
 }
 
 /// Spectrum of one layer/head at one evaluation.
@@ -717,6 +720,7 @@ pub fn train(
             effective_freq_batch_sd: Some(ev.effective_freq_batch_sd),
             spectrum_entropy: Some(ev.summary.entropy),
             argmax_freq: Some(ev.summary.argmax_freq),
+            answer_accuracy: None,
         });
         for (layer, heads) in ev.energy.iter().enumerate() {
             for (head, e) in heads.iter().enumerate() {
@@ -768,6 +772,7 @@ pub fn train(
             effective_freq_batch_sd: None,
             spectrum_entropy: None,
             argmax_freq: None,
+            answer_accuracy: None,
         });
         progress(step + 1, cfg.steps, loss_value);
         let done = step + 1;
@@ -777,6 +782,13 @@ pub fn train(
             }
             let ev = evaluate(&model, cfg, device);
             record_eval(done, &ev, &mut curves);
+            if cfg.answer_curve > 0 && cfg.task.kind() == crate::config::TaskKind::Igsm {
+                let held_out = crate::decode::ProblemSet::HeldOut;
+                let g = crate::decode::igsm_generation(&model, cfg, device, cfg.answer_curve, held_out);
+                if let Some(point) = curves.last_mut() {
+                    point.answer_accuracy = Some(g.answer_accuracy);
+                }
+            }
             layer_history.push(layer_effective_freqs(&ev.energy, &theta));
             last = Some(ev);
             if cfg.stop == StopRule::Spectrum

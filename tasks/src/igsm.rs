@@ -118,8 +118,9 @@
 //! # Sampling
 //!
 //! Per example, from its own stream [`crate::example_rng`], in this order (write `k = ops`):
-//! 1. **Solution structure.** (With [`IgsmConfig::min_ops`] set below `ops`, `k` is first drawn
-//!    uniformly in `min_ops..=ops`, and step 2 redraws `k` with the structure.) The number of leaves `L` uniform in `2..=k + 1` (the fewest and
+//! 1. **Solution structure.** (With [`IgsmConfig::min_ops`] set below `ops`, a training problem's
+//!    `k` is first drawn uniformly in `min_ops..=ops`, and step 2 redraws `k` with the
+//!    structure; evaluation problems keep `k = ops`.) The number of leaves `L` uniform in `2..=k + 1` (the fewest and
 //!    most a connected binary DAG with `k` operations can have); quantities `0..L` are leaves.
 //!    Then `k` defined quantities `L, …, L + k − 1`, each from two distinct earlier ones. To make
 //!    every quantity an ancestor of the last one (the question), the generator tracks the set
@@ -1010,11 +1011,13 @@ pub struct IgsmConfig {
     /// How values are written ([`ValueFormat::Letters`] needs a lowercase `alphabet`).
     #[serde(default)]
     pub values: ValueFormat,
-    /// A mixture over problem sizes: when set (in `1..=ops`), each problem's number of operations
-    /// is drawn uniformly in `min_ops..=ops` before its structure, and the pair is redrawn
-    /// together until the structure falls in the requested split (so a size with no template in
-    /// that split is skipped rather than failing). `None` (the default): every problem has
-    /// exactly `ops`, and the random stream is the one of configs without this field.
+    /// A mixture over problem sizes in training: when set (in `1..=ops`), each [`Split::Train`]
+    /// problem's number of operations is drawn uniformly in `min_ops..=ops` before its structure,
+    /// and the pair is redrawn together until the structure falls in the training part (so a size
+    /// with no training template is skipped rather than failing). [`Split::Eval`] problems always
+    /// have exactly `ops`: a mixture run is evaluated at its target size. `None` (the default):
+    /// every problem has exactly `ops`, and the random stream is the one of configs without this
+    /// field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_ops: Option<usize>,
 }
@@ -1047,9 +1050,9 @@ pub struct IgsmParams {
     /// `"letters"` (one token per value).
     #[serde(skip_serializing_if = "ValueFormat::is_digits")]
     pub values: ValueFormat,
-    /// Train on a mixture of sizes: each problem's `ops` uniform in `min_ops..=ops`
-    /// ([`IgsmConfig::min_ops`]). Unset (default; not serialised, so run ids are unchanged):
-    /// every problem has exactly `ops`.
+    /// Train on a mixture of sizes: each training problem's `ops` uniform in `min_ops..=ops`
+    /// ([`IgsmConfig::min_ops`]; held-out problems keep exactly `ops`). Unset (default; not
+    /// serialised, so run ids are unchanged): every problem has exactly `ops`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub min_ops: Option<usize>,
 }
@@ -1358,7 +1361,9 @@ impl IgsmConfig {
         let mut defs = None;
         for _ in 0..MAX_SPLIT_DRAWS {
             let k = match self.min_ops {
-                Some(lo) if lo < self.ops => rng.random_range(lo..=self.ops),
+                Some(lo) if lo < self.ops && split == Split::Train => {
+                    rng.random_range(lo..=self.ops)
+                }
                 _ => self.ops,
             };
             let d = self.draw_structure(rng, k);
@@ -1502,10 +1507,27 @@ mod tests {
                 assert_eq!(check(&render(&p)), Ok(p.answer()));
                 count[p.ops()] += 1;
             }
-            assert_eq!(count[0] + count[1], 0, "{count:?}");
-            // Uniform over 2, 3, 4 up to the split's acceptance per size: 300 ± 100 each.
-            for k in 2..=4 {
-                assert!((200..=400).contains(&count[k]), "ops {k}: {count:?}");
+            match split {
+                // Uniform over 2, 3, 4 up to the training part's acceptance per size: 300 ± 100.
+                Split::Train => {
+                    assert_eq!(count[0] + count[1], 0, "{count:?}");
+                    for k in 2..=4 {
+                        assert!((200..=400).contains(&count[k]), "ops {k}: {count:?}");
+                    }
+                }
+                // Held-out problems are of the target size only, the same as without a mixture.
+                Split::Eval => {
+                    assert_eq!(count[4], 900, "{count:?}");
+                    assert_eq!(
+                        mixed.sample(3, split, 7).unwrap(),
+                        IgsmConfig {
+                            min_ops: None,
+                            ..mixed.clone()
+                        }
+                        .sample(3, split, 7)
+                        .unwrap()
+                    );
+                }
             }
         }
         // min_ops = ops draws nothing extra: the same problems as without it.
@@ -1519,8 +1541,8 @@ mod tests {
                 cfg(3, 2).sample(1, Split::Train, i).unwrap()
             );
         }
-        // Down to one operation: both splits still sample (a size without a template in a split is
-        // redrawn), and ops-1 problems occur.
+        // Down to one operation: both splits still sample (a size without a training template is
+        // redrawn).
         let from_one = IgsmConfig {
             min_ops: Some(1),
             ..cfg(2, 0)

@@ -301,6 +301,10 @@ pub fn curves_table(cfg: &RunConfig, out: &TrainOutcome) -> RecordBatch {
             c.iter().map(|p| p.spectrum_entropy).collect(),
         )
         .opt_f64("argmax_freq", c.iter().map(|p| p.argmax_freq).collect())
+        .opt_f64(
+            "answer_accuracy",
+            c.iter().map(|p| p.answer_accuracy).collect(),
+        )
         .build()
 }
 
