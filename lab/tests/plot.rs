@@ -515,6 +515,73 @@ fn runs_curves_average_seeds_per_x() {
 }
 
 #[test]
+fn answer_curves_are_per_ops_over_seeds() {
+    // Runs (id, ops, seed); run "x" failed and is left out.
+    let rows = [("a", 2, 0), ("b", 2, 1), ("c", 4, 0), ("x", 3, 0)];
+    let n = rows.len();
+    let runs = Table::from_batches(
+        "runs",
+        vec![
+            TableBuilder::new(n)
+                .str("run_id", rows.iter().map(|r| r.0.to_string()).collect())
+                .str(
+                    "status",
+                    rows.iter()
+                        .map(|r| if r.0 == "x" { "failed" } else { "done" }.to_string())
+                        .collect(),
+                )
+                .str("encoding", vec!["rope".into(); n])
+                .i64("ops", rows.iter().map(|r| r.1).collect())
+                .build(),
+        ],
+    );
+    // Curves: eval rows at step 0 (no answers), 500 and 1000; one train row.
+    let pts: [(&str, &str, i64, Option<f64>); 9] = [
+        ("a", "eval", 0, None),
+        ("a", "eval", 500, Some(0.25)),
+        ("a", "eval", 1000, Some(0.5)),
+        ("a", "train", 1000, Some(0.9)),
+        ("b", "eval", 500, Some(0.75)),
+        ("b", "eval", 1000, Some(1.0)),
+        ("c", "eval", 500, Some(0.0)),
+        ("c", "eval", 1000, Some(0.125)),
+        ("x", "eval", 500, Some(0.5)),
+    ];
+    let curves = Table::from_batches(
+        "curves",
+        vec![
+            TableBuilder::new(pts.len())
+                .str("run_id", pts.iter().map(|p| p.0.to_string()).collect())
+                .str("split", pts.iter().map(|p| p.1.to_string()).collect())
+                .i64("step", pts.iter().map(|p| p.2).collect())
+                .opt_f64("answer_accuracy", pts.iter().map(|p| p.3).collect())
+                .build(),
+        ],
+    );
+    let c = data::answer_curves_by_ops(&runs, &curves).unwrap();
+    let labels: Vec<&str> = c.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(labels, ["ops 2", "ops 4"]);
+    let xs: Vec<f64> = c[0].points.iter().map(|p| p.0).collect();
+    assert_eq!(xs, [500.0, 1000.0]);
+    // ops 2 at step 1000: seeds 0.5 and 1.0 (the train row not counted).
+    assert_eq!(c[0].points[1].1.values.len(), 2);
+    assert!(close(c[0].points[1].1.mean, 0.75));
+    assert!(close(c[1].points[1].1.mean, 0.125));
+    // A curves table without the column: no curves.
+    let bare = Table::from_batches(
+        "curves",
+        vec![
+            TableBuilder::new(1)
+                .str("run_id", vec!["a".into()])
+                .str("split", vec!["eval".into()])
+                .i64("step", vec![0])
+                .build(),
+        ],
+    );
+    assert!(data::answer_curves_by_ops(&runs, &bare).unwrap().is_empty());
+}
+
+#[test]
 fn accuracy_vs_examples_has_a_panel_per_setting_and_counts_examples() {
     // Runs: (id, encoding, delta init, min_letters, max_letters, max_shift, min_abs_shift, sign, seed).
     let rows: [(

@@ -1092,6 +1092,49 @@ pub fn eval_accuracy_curves(runs: &Table, curves: &Table) -> Result<Vec<Curve>, 
     Ok(curves_from(by))
 }
 
+/// iGSM: greedy answer accuracy against training step, one curve per (encoding, `ops`) over seeds
+/// (`curves.answer_accuracy`, written at every evaluation by runs with `answer_curve > 0`),
+/// labelled `ops 2` (or `pope, ops 2` when the finished runs have several encodings) and ordered
+/// by encoding, then `ops`. Empty when no run wrote the column.
+pub fn answer_curves_by_ops(runs: &Table, curves: &Table) -> Result<Vec<Curve>, PlotError> {
+    if !curves.has("answer_accuracy") {
+        return Ok(Vec::new());
+    }
+    let done = done_rows(runs)?;
+    let (ids, encs, ops) = (runs.strs("run_id")?, runs.strs("encoding")?, runs.i64s("ops")?);
+    let of_run: BTreeMap<String, (String, i64)> = (0..runs.rows())
+        .filter(|&i| done[i])
+        .filter_map(|i| Some((ids[i].clone()?, (encs[i].clone()?, ops[i]?))))
+        .collect();
+    let several = of_run.values().map(|(e, _)| e).collect::<BTreeSet<_>>().len() > 1;
+    let (c_ids, split, step, acc) = (
+        curves.strs("run_id")?,
+        curves.strs("split")?,
+        curves.i64s("step")?,
+        curves.f64s("answer_accuracy")?,
+    );
+    let mut by: BTreeMap<(usize, usize, String), BTreeMap<i64, Vec<f64>>> = BTreeMap::new();
+    for i in 0..curves.rows() {
+        if let (Some(id), Some("eval"), Some(s), Some(a)) =
+            (&c_ids[i], split[i].as_deref(), step[i], acc[i])
+            && let Some((e, k)) = of_run.get(id)
+            && a.is_finite()
+        {
+            let label = if several {
+                format!("{e}, ops {k}")
+            } else {
+                format!("ops {k}")
+            };
+            by.entry((label_rank(e).0, *k as usize, label))
+                .or_default()
+                .entry(s)
+                .or_default()
+                .push(a);
+        }
+    }
+    Ok(curves_from(by))
+}
+
 /// The curves of one task setting (one panel of `accuracy-vs-examples`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SettingCurves {

@@ -13,6 +13,7 @@
 //! | `pi-self-similarity` | `pi-accuracy` | accuracy at s × L per scaling, dilated vs fixed tasks (grouped bars) |
 //! | `length-extrapolation` | `nll-vs-length` | value NLL and needle accuracy vs evaluation length per encoding/scaling |
 //! | `igsm-ops` | `igsm-ops` | answer accuracy and θ_eff vs number of operations |
+//! | `igsm-ops` | `igsm-answer-curves` | answer accuracy against training step per `ops` (runs with `answer_curve > 0`) |
 //! | `real-sequences` | `real-sequences-nll` | held-out NLL vs evaluation length per corpus, per encoding and RoPE scaling |
 //! | `mi-profiles` | `mi-profiles`, `mi-tasks` | corpora: MI vs lag per granularity, raw and rescaled to characters; synthetic tasks: MI vs lag |
 //!
@@ -537,6 +538,29 @@ fn draw_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, P
                 out,
                 "igsm-ops",
             )?);
+            // Learning curves of answer accuracy per ops (runs with `answer_curve > 0`).
+            let answers = data::answer_curves_by_ops(&runs, &table("curves")?)?;
+            if !answers.is_empty() {
+                written.extend(save(
+                    &LinesPlot {
+                        title: "iGSM: answer accuracy while training, per number of operations"
+                            .into(),
+                        panels: vec![LinePanel {
+                            title: "greedy-decoded answers, held-out structures".into(),
+                            x_desc: "training step".into(),
+                            y_desc: "answer accuracy".into(),
+                            curves: answers,
+                            log2_x: false,
+                            percent_y: true,
+                            vlines: vec![],
+                            legend: Some(SeriesLabelPosition::UpperLeft),
+                        }],
+                        note: "line: mean over seeds; band: min–max over seeds".into(),
+                    },
+                    out,
+                    "igsm-answer-curves",
+                )?);
+            }
         }
         "mi-profiles" => {
             let profiles = data::mi_profiles(&table("mi")?)?;
