@@ -91,7 +91,7 @@ pub enum Cmd {
     Gen {
         /// Task (the task registry): block, indirect, igsm, needle or corpus.
         task: String,
-        /// Task parameter, key=value (repeatable). block: variant, vocab_size, seq_len, block_len, noise; indirect: min_letters, max_letters, max_shift, seq_len; igsm: ops, distractors, alphabet, name_len, eval_fraction, seq_len; needle: seq_len, depth (null = random), key_len, value_len, haystack (noise|pairs); corpus: corpus (shakespeare|ecoli|chorales), granularity, seq_len.
+        /// Task parameter, key=value (repeatable). block: variant, vocab_size, seq_len, block_len, noise; indirect: min_letters, max_letters, max_shift, seq_len; igsm: ops, min_ops (training mixture of sizes min_ops..=ops), distractors, alphabet, name_len, eval_fraction, seq_len, values (digits|letters); needle: seq_len, depth (null = random), key_len, value_len, haystack (noise|pairs); corpus: corpus (shakespeare|ecoli|chorales), granularity, seq_len.
         #[arg(long = "param", value_name = "KEY=VALUE")]
         params: Vec<String>,
         /// Number of examples (1..=1000000).

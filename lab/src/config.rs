@@ -452,16 +452,28 @@ impl RunConfig {
 
     /// The dependency width of the run's own training data from its MI profile
     /// (docs/analysis-rules.md, R4): [`RUN_WIDTH_EXAMPLES`] training examples of the run's seed,
-    /// lags `1..seq_len−1`, [`tasks::mi::MiConfig`]'s defaults otherwise (Miller–Madow, shuffled
-    /// baseline, `width_frac` 0.1). `None` when no lag is significant or the profile cannot be
-    /// computed (`seq_len < 5`: the shuffled baseline uses lags `1..=4`).
+    /// lags `1..seq_len−1` capped at the farthest input any scored target has (iGSM's solution
+    /// ends before its padded context does), [`tasks::mi::MiConfig`]'s defaults otherwise
+    /// (Miller–Madow, shuffled baseline, `width_frac` 0.1). `None` when no lag is significant or
+    /// the profile cannot be computed (fewer than 4 lags: the shuffled baseline uses lags `1..=4`).
     pub fn data_width_mi(&self) -> Option<usize> {
         let examples = self
             .task()
             .batch(self.seed, tasks::Split::Train, 0, RUN_WIDTH_EXAMPLES)
             .ok()?;
+        // Lags up to the context, but no further than the farthest input a scored target has
+        // (iGSM scores only the solution, which ends well before the padded context's end).
+        let reach = examples
+            .iter()
+            .filter_map(|e| e.mask.iter().rposition(|&m| m))
+            .max()?
+            + 1;
         let mi_cfg = tasks::mi::MiConfig {
-            max_lag: self.seq_len.checked_sub(1).filter(|&r| r >= 4)?,
+            max_lag: self
+                .seq_len
+                .checked_sub(1)
+                .map(|r| r.min(reach))
+                .filter(|&r| r >= 4)?,
             ..tasks::mi::MiConfig::default()
         };
         tasks::mi::profile_examples(&examples, &mi_cfg)
@@ -588,6 +600,30 @@ pub(crate) mod tests {
         }
     }
 
+    /// iGSM scores only its solution, which ends before the padded context: the run's MI width
+    /// is measured over the lags that have scored pairs (before, the lag range reached past them
+    /// and iGSM runs had no width), and it is shorter than the longest problem.
+    #[test]
+    fn igsm_runs_have_an_mi_width() {
+        let mut cfg = tiny();
+        cfg.task = TaskConfig::Igsm(tasks::igsm::IgsmParams {
+            ops: 2,
+            distractors: 0,
+            ..Default::default()
+        });
+        cfg.vocab_size = 72;
+        cfg.seq_len = 144;
+        let w = cfg.data_width_mi().expect("an iGSM run has an MI width");
+        // ops 2 without distractors: no text is longer than 79 characters.
+        let longest = tasks::igsm::IgsmConfig {
+            ops: 2,
+            distractors: 0,
+            ..Default::default()
+        }
+        .min_seq_len();
+        assert!((1..longest).contains(&w), "w = {w}, longest text {longest}");
+    }
+
     /// iGSM scores its whole solution (train and eval), the answer included; the needle scores
     /// its value digits; both check the vocabulary.
     #[test]
@@ -629,8 +665,15 @@ pub(crate) mod tests {
     fn fields_list_matches_struct() {
         let v = serde_json::to_value(tiny()).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
-        // the stopping options and nope_every at their defaults: not serialised
-        keys.extend(["stop", "min_steps", "stop_window", "stop_tol", "nope_every"]);
+        // the stopping options, nope_every and answer_curve at their defaults: not serialised
+        keys.extend([
+            "stop",
+            "min_steps",
+            "stop_window",
+            "stop_tol",
+            "nope_every",
+            "answer_curve",
+        ]);
         let mut sorted = RUN_FIELDS.to_vec();
         sorted.sort();
         let mut keys_sorted = keys.clone();

@@ -194,7 +194,8 @@ pub enum SolutionRole {
     /// A step's operand names `l`, `r` of `l+r` (copied from the problem statement, or inferred from
     /// the solution so far: in post-order the right operand is usually the step just written).
     Definition,
-    /// A number copied from earlier: a leaf's value, or the operand values `lv+rv` of a step.
+    /// A number copied from earlier in the solution: the operand values `lv+rv` of a step (and the
+    /// operator between them, repeated from the step's definition).
     Value,
     /// The value an operation computes (mod-23 arithmetic).
     Result,
@@ -203,11 +204,14 @@ pub enum SolutionRole {
     /// A step's operator `+ - *` in its definition `l+r`: the one part of a step that can only be
     /// copied from its statement, three characters past the name (issue 19, R38).
     Operator,
+    /// A leaf step's value `7` of `m=7;`, copied from its statement `m=7;` in the problem: a lookup
+    /// by the name alone, which nothing earlier in the solution gives away.
+    Leaf,
 }
 
 impl SolutionRole {
     /// Every role, in table order.
-    pub const ALL: [SolutionRole; 7] = [
+    pub const ALL: [SolutionRole; 8] = [
         SolutionRole::Structure,
         SolutionRole::Name,
         SolutionRole::Definition,
@@ -215,6 +219,7 @@ impl SolutionRole {
         SolutionRole::Result,
         SolutionRole::Answer,
         SolutionRole::Operator,
+        SolutionRole::Leaf,
     ];
 
     /// Short name (`runs.parquet` columns `acc_tf_<name>`).
@@ -227,12 +232,13 @@ impl SolutionRole {
             SolutionRole::Result => "result",
             SolutionRole::Answer => "answer",
             SolutionRole::Operator => "operator",
+            SolutionRole::Leaf => "leaf",
         }
     }
 }
 
 /// `name 0.680 (n=1189)  definition …` for [`igsm_accuracy_by_role`]'s counts.
-pub fn describe_roles(by_role: &[(usize, usize); 7]) -> String {
+pub fn describe_roles(by_role: &[(usize, usize); 8]) -> String {
     SolutionRole::ALL
         .iter()
         .zip(by_role)
@@ -262,7 +268,7 @@ pub fn solution_roles(completion: &str) -> Vec<SolutionRole> {
         let part_roles: &[SolutionRole] = if parts.len() == 4 {
             &[Name, Definition, Value, Result]
         } else {
-            &[Name, Value]
+            &[Name, Leaf]
         };
         for (i, part) in parts.iter().enumerate() {
             if i > 0 {
@@ -310,7 +316,7 @@ pub fn igsm_accuracy_by_role(
     device: &Device,
     n: usize,
     set: ProblemSet,
-) -> [(usize, usize); 7] {
+) -> [(usize, usize); 8] {
     let TaskGen::Igsm(task) = cfg.task() else {
         panic!("igsm_accuracy_by_role needs an igsm run");
     };
@@ -318,7 +324,7 @@ pub fn igsm_accuracy_by_role(
     let model = model.valid();
     let device = device.clone().inner();
     let seq = cfg.seq_len;
-    let mut out = [(0usize, 0usize); 7];
+    let mut out = [(0usize, 0usize); 8];
     for start in (0..n).step_by(64) {
         let rows = (n - start).min(64);
         let problems: Vec<_> = (start..start + rows)
@@ -356,17 +362,19 @@ mod tests {
         let c = "a=5;b=3;c=a+b=5+3=8;#8.";
         let r = solution_roles(c);
         assert_eq!(r.len(), c.len());
-        let (s, n, d, v, x, a, o) = (Structure, Name, Definition, Value, Result, Answer, Operator);
+        let (s, n, d, v, x, a, o, l) = (
+            Structure, Name, Definition, Value, Result, Answer, Operator, Leaf,
+        );
         #[rustfmt::skip]
-        let want = [n, s, v, s,  n, s, v, s,  n, s, d, o, d, s, v, v, v, s, x, s,  s, a, s];
+        let want = [n, s, l, s,  n, s, l, s,  n, s, d, o, d, s, v, v, v, s, x, s,  s, a, s];
         assert_eq!(r, want);
         // Two-digit values and names keep one role per character.
         let r = solution_roles("xy=12;#12.");
-        assert_eq!(r, [n, n, s, v, v, s, s, a, a, s]);
+        assert_eq!(r, [n, n, s, l, l, s, s, a, a, s]);
         // One token per value (`values = "letters"`): the answer letter is the answer.
         let r = solution_roles("a=F;b=D;c=a+b=F+D=I;#I.");
         #[rustfmt::skip]
-        let want = [n, s, v, s,  n, s, v, s,  n, s, d, o, d, s, v, v, v, s, x, s,  s, a, s];
+        let want = [n, s, l, s,  n, s, l, s,  n, s, d, o, d, s, v, v, v, s, x, s,  s, a, s];
         assert_eq!(r, want);
         // Two-letter names: both letters of each operand are names, the one operator between.
         let r = solution_roles("ab=c*de=2*3=6;#6.");
@@ -449,11 +457,20 @@ mod tests {
             tasks::igsm::ValueFormat::Letters => assert_eq!(answers, 3),
             tasks::igsm::ValueFormat::Digits => assert!((3..=6).contains(&answers)),
         }
-        let line = describe_roles(&[(4, 2), (2, 1), (0, 0), (1, 1), (5, 0), (1, 1), (2, 2)]);
+        let line = describe_roles(&[
+            (4, 2),
+            (2, 1),
+            (0, 0),
+            (1, 1),
+            (5, 0),
+            (1, 1),
+            (2, 2),
+            (4, 1),
+        ]);
         assert!(
             line.starts_with("structure 0.500 (n=4)  name 0.500 (n=2)  definition 0.000 (n=0)")
         );
-        assert!(line.ends_with("result 0.000 (n=5)  answer 1.000 (n=1)  operator 1.000 (n=2)"));
+        assert!(line.ends_with("answer 1.000 (n=1)  operator 1.000 (n=2)  leaf 0.250 (n=4)"));
         assert!((0.0..=1.0).contains(&g.answer_accuracy));
         assert!(g.solution_valid <= g.answer_accuracy + 1e-12);
     }

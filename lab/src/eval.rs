@@ -117,7 +117,7 @@ pub struct EvalOutcome {
     /// iGSM runs: teacher-forced accuracy on the same problems' solution characters by
     /// [`crate::decode::SolutionRole`] (`SolutionRole::ALL` order; NaN for a role with no
     /// character). Printed by `lab eval`, not written to the table.
-    pub solution_role_accuracy: Option<[f64; 7]>,
+    pub solution_role_accuracy: Option<[f64; 8]>,
 }
 
 impl EvalOutcome {
@@ -279,7 +279,10 @@ pub fn eval_model(
         let held_out = crate::decode::ProblemSet::HeldOut;
         let g = crate::decode::igsm_generation(&model, &cfg, device, n, held_out);
         let by_role = crate::decode::igsm_accuracy_by_role(&model, &cfg, device, n, held_out);
-        (g, by_role.map(|(scored, right)| right as f64 / scored as f64))
+        (
+            g,
+            by_role.map(|(scored, right)| right as f64 / scored as f64),
+        )
     });
     let eval_id = {
         let mut h = blake3::Hasher::new();

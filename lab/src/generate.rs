@@ -58,7 +58,12 @@ fn defaults(task: &str) -> Result<Value, GenError> {
             json!({"variant": "copy", "vocab_size": 16, "seq_len": 32, "block_len": 4, "noise": 0.0})
         }
         TaskKind::Indirect => serde_json::to_value(IndirectConfig::default()).expect("serialises"),
-        TaskKind::Igsm => serde_json::to_value(IgsmConfig::default()).expect("serialises"),
+        TaskKind::Igsm => {
+            let mut v = serde_json::to_value(IgsmConfig::default()).expect("serialises");
+            // Unset by default and so not serialised; listed so `--param min_ops=1` is accepted.
+            v["min_ops"] = Value::Null;
+            v
+        }
         TaskKind::Needle => serde_json::to_value(NeedleConfig::default()).expect("serialises"),
         TaskKind::Corpus => json!({"corpus": "shakespeare", "granularity": "char", "seq_len": 64}),
     })

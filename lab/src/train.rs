@@ -565,7 +565,7 @@ pub struct TrainOutcome {
     /// iGSM only: teacher-forced accuracy on the solution's characters by
     /// [`crate::decode::SolutionRole`] (in `SolutionRole::ALL` order; `NaN` for a role with no
     /// character), set by the sweep runner.
-    pub solution_role_accuracy: Option<[f64; 7]>,
+    pub solution_role_accuracy: Option<[f64; 8]>,
     /// iGSM only: answer accuracy of greedy-decoded solutions of unseen problems of *training*
     /// structures ([`crate::decode::ProblemSet::TrainStructures`]), beside `answer_accuracy` on
     /// held-out structures.
@@ -784,7 +784,8 @@ pub fn train(
             record_eval(done, &ev, &mut curves);
             if cfg.answer_curve > 0 && cfg.task.kind() == crate::config::TaskKind::Igsm {
                 let held_out = crate::decode::ProblemSet::HeldOut;
-                let g = crate::decode::igsm_generation(&model, cfg, device, cfg.answer_curve, held_out);
+                let g =
+                    crate::decode::igsm_generation(&model, cfg, device, cfg.answer_curve, held_out);
                 if let Some(point) = curves.last_mut() {
                     point.answer_accuracy = Some(g.answer_accuracy);
                 }

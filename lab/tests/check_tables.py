@@ -31,7 +31,7 @@ EXPECTED = {
         "final_train_loss": F64, "final_eval_loss": F64, "final_eval_accuracy": F64,
         "answer_accuracy": F64, "solution_valid": F64,
         "acc_tf_structure": F64, "acc_tf_name": F64, "acc_tf_definition": F64, "acc_tf_value": F64,
-        "acc_tf_result": F64, "acc_tf_answer": F64, "acc_tf_operator": F64, "answer_accuracy_train_structures": F64,
+        "acc_tf_result": F64, "acc_tf_answer": F64, "acc_tf_operator": F64, "acc_tf_leaf": F64, "answer_accuracy_train_structures": F64,
         "acc_tf_definition_train_structures": F64, "acc_shift0": F64, "acc_shift_nonzero": F64,
         "init_eval_loss": F64, "effective_freq": F64, "effective_freq_init": F64,
         "effective_freq_batch_sd": F64, "spectrum_entropy": F64, "spectrum_entropy_init": F64,

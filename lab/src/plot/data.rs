@@ -1101,12 +1101,21 @@ pub fn answer_curves_by_ops(runs: &Table, curves: &Table) -> Result<Vec<Curve>, 
         return Ok(Vec::new());
     }
     let done = done_rows(runs)?;
-    let (ids, encs, ops) = (runs.strs("run_id")?, runs.strs("encoding")?, runs.i64s("ops")?);
+    let (ids, encs, ops) = (
+        runs.strs("run_id")?,
+        runs.strs("encoding")?,
+        runs.i64s("ops")?,
+    );
     let of_run: BTreeMap<String, (String, i64)> = (0..runs.rows())
         .filter(|&i| done[i])
         .filter_map(|i| Some((ids[i].clone()?, (encs[i].clone()?, ops[i]?))))
         .collect();
-    let several = of_run.values().map(|(e, _)| e).collect::<BTreeSet<_>>().len() > 1;
+    let several = of_run
+        .values()
+        .map(|(e, _)| e)
+        .collect::<BTreeSet<_>>()
+        .len()
+        > 1;
     let (c_ids, split, step, acc) = (
         curves.strs("run_id")?,
         curves.strs("split")?,
