@@ -543,8 +543,7 @@ fn draw_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, P
             if !answers.is_empty() {
                 written.extend(save(
                     &LinesPlot {
-                        title: "iGSM: answer accuracy while training, per number of operations"
-                            .into(),
+                        title: "iGSM: answers while training, per ops".into(),
                         panels: vec![LinePanel {
                             title: "greedy-decoded answers, held-out structures".into(),
                             x_desc: "training step".into(),
