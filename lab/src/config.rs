@@ -81,6 +81,7 @@ pub const RUN_FIELDS: &[&str] = &[
     "stop_tol",
     "nope_every",
     "answer_curve",
+    "canon_len",
 ];
 
 /// Every key a sweep file or `--set` may give a run: [`RUN_FIELDS`], then every task's own
@@ -229,6 +230,12 @@ pub struct RunConfig {
     /// pass per generated character.
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub answer_curve: usize,
+    /// Width of the causal depthwise convolution before each attention ("Canon-A",
+    /// [`crate::model::Block::canon`]): every position adds a learned, per-channel mix of its
+    /// normalised input and the `canon_len − 1` before it. 0 (default, not serialised) = none.
+    /// Needs `attention = "fused"` or `"reference"` (the fast path has no canon layer).
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub canon_len: usize,
 }
 
 /// A [`RunConfig`] from a TOML table (a sweep's resolved run, or a run config after `--set`).
@@ -346,6 +353,14 @@ impl RunConfig {
             .validate(self.head_dim())
             .map_err(|(field, value, allowed)| ConfigError::new(field, value, allowed))?;
         range("nope_every", self.nope_every, 0, self.n_layers)?;
+        range("canon_len", self.canon_len, 0, crate::model::MAX_CANON_LEN)?;
+        if self.canon_len > 0 && self.attention == AttentionKernel::Fast {
+            return Err(ConfigError::new(
+                "canon_len",
+                self.canon_len,
+                "must be 0 with attention = \"fast\" (the fast path has no canon layer; use attention = \"fused\")",
+            ));
+        }
         range("answer_curve", self.answer_curve, 0, 1024)?;
         if self.answer_curve > 0 && self.task.kind() != TaskKind::Igsm {
             return Err(ConfigError::new(
@@ -414,6 +429,7 @@ impl RunConfig {
             pair_layout: self.pair_layout,
             attention: self.attention,
             nope_every: self.nope_every,
+            canon_len: self.canon_len,
         }
     }
 
@@ -597,6 +613,7 @@ pub(crate) mod tests {
             stop_tol: 0.05,
             nope_every: 0,
             answer_curve: 0,
+            canon_len: 0,
         }
     }
 

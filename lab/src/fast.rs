@@ -109,6 +109,10 @@ fn host2(t: burn::tensor::Tensor<2>) -> Vec<f32> {
 impl FastModel {
     /// The weights of a burn model (any device: they are copied to the host).
     pub fn from_burn(model: &Transformer, config: &ModelConfig) -> Self {
+        assert!(
+            model.blocks.iter().all(|b| b.canon.is_none()),
+            "the fast path has no canon layer (RunConfig::validate refuses canon_len > 0 with it)"
+        );
         let blocks = model
             .blocks
             .iter()

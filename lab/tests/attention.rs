@@ -23,6 +23,7 @@ const D: usize = 8;
 fn model_config(encoding: Encoding, phase: TapaPhase) -> ModelConfig {
     ModelConfig {
         nope_every: 0,
+        canon_len: 0,
         vocab_size: 12,
         d_model: H * D,
         n_layers: 1,
@@ -239,4 +240,96 @@ fn pope_delta_stays_in_range_after_training() {
         moved,
         "no δ reached a bound; the test does not exercise the clamp"
     );
+}
+
+/// The canon layer (`canon_len`): a causal depthwise convolution with its residual, by hand.
+/// `h` = [[1, 2], [3, 4], [5, 6]] (one sequence, 3 positions, 2 channels), `w` = [[0.5, −1],
+/// [2, 0.25]]: `out_t = h_t + w_0 ⊙ h_t + w_1 ⊙ h_{t−1}` → [[1.5, 0], [6.5, 0.5], [13.5, 1]].
+/// Its gradient against the weights is `∂/∂w_j Σ out ⊙ R = Σ_t R_t ⊙ h_{t−j}`.
+#[test]
+fn canon_conv_is_causal_and_depthwise() {
+    let device = Device::flex().autodiff();
+    let h = Tensor::<3>::from_data(
+        TensorData::new(vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [1, 3, 2]),
+        &device,
+    );
+    let w = Tensor::<2>::from_data(
+        TensorData::new(vec![0.5f32, -1.0, 2.0, 0.25], [2, 2]),
+        &device,
+    )
+    .require_grad();
+    let out = lab::model::canon_conv(h, w.clone());
+    let got = out.clone().into_data().try_to_vec::<f32>().unwrap();
+    assert_eq!(got, vec![1.5, 0.0, 6.5, 0.5, 13.5, 1.0]);
+    // R = [[1, 0], [0, 1], [1, 1]]: ∂/∂w_0 = Σ_t R_t ⊙ h_t = [1 + 5, 4 + 6] = [6, 10];
+    // ∂/∂w_1 = Σ_t R_t ⊙ h_{t−1} = [0·1 + 1·3, 1·2 + 1·4] = [3, 6].
+    let r = Tensor::<3>::from_data(
+        TensorData::new(vec![1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0], [1, 3, 2]),
+        &device,
+    );
+    let grads = (out * r).sum().backward();
+    let g = w
+        .grad(&grads)
+        .unwrap()
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    assert_eq!(g, vec![6.0, 10.0, 3.0, 6.0]);
+}
+
+/// A model with canon layers starts as the same model without them (zero weights, the other
+/// weights from the same seed's stream), and a run with them trains: the loss falls and the
+/// canon weights move.
+#[test]
+fn canon_layers_start_at_zero_and_learn() {
+    let device = Device::flex();
+    let mut cfg: RunConfig = serde_json::from_value(serde_json::json!({
+        "task": "block", "variant": "copy", "vocab_size": 16, "seq_len": 32, "block_len": 4,
+        "noise": 0.0, "encoding": "rope", "rope_base": 100.0, "pair_layout": "adjacent",
+        "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32, "steps": 30, "batch_size": 8,
+        "lr": 0.01, "warmup_steps": 0, "min_lr_ratio": 1.0, "weight_decay": 0.0, "beta1": 0.9,
+        "beta2": 0.95, "adam_eps": 1e-8, "grad_clip": 1.0, "eval_every": 30, "eval_batches": 1,
+        "seed": 3, "attention": "fused"
+    }))
+    .unwrap();
+    let plain = cfg.model().init(3, &device);
+    cfg.canon_len = 3;
+    cfg.validate().unwrap();
+    let canon = cfg.model().init(3, &device);
+    let tokens = Tensor::<2, Int>::from_data(
+        TensorData::new(
+            (0..32).map(|i| (i * 5 % 16) as i64).collect::<Vec<_>>(),
+            [1, 32],
+        ),
+        &device,
+    );
+    let a = plain
+        .forward(tokens.clone())
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    let b = canon
+        .forward(tokens)
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    assert_eq!(a, b);
+    let (out, model) = lab::train::train(&cfg, &device, &mut |_, _, _| {});
+    assert_eq!(out.status, lab::train::RunStatus::Done);
+    let evals: Vec<_> = out.curves.iter().filter(|c| c.split == "eval").collect();
+    let (first, last) = (evals[0], evals[evals.len() - 1]);
+    assert!(
+        last.loss < first.loss,
+        "loss {} → {}",
+        first.loss,
+        last.loss
+    );
+    let w = model.blocks[0].canon.as_ref().expect("canon weights").val();
+    assert_eq!(w.dims(), [3, 16]);
+    let moved: f32 = w.abs().max().into_scalar();
+    assert!(moved > 1e-3, "canon weights still at zero ({moved})");
+    // The fast path has none: one line naming the field.
+    cfg.attention = lab::model::AttentionKernel::Fast;
+    let e = cfg.validate().unwrap_err().to_string();
+    assert!(e.starts_with("canon_len = 3") && e.contains("fused"), "{e}");
 }

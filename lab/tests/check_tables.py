@@ -70,7 +70,7 @@ EXPECTED = {
 OPTIONAL = {
     "runs": {
         "pope_delta_init": S, "tapa_rho": F64, "tapa_alpha": F64, "tapa_phase": S, "rope_p": F64,
-        "rotary_dim": I64, "nope_every": I64,
+        "rotary_dim": I64, "nope_every": I64, "canon_len": I64, "answer_curve": I64,
     },
 }
 

@@ -23,6 +23,7 @@ fn model_config(encoding: Encoding, head_dim: usize, rope_base: f64) -> ModelCon
         pair_layout: PairLayout::Adjacent,
         attention: AttentionKernel::Reference,
         nope_every: 0,
+        canon_len: 0,
     }
 }
 

@@ -26,6 +26,7 @@ fn config(encoding: EncodingConfig, layout: PairLayout, nope_every: usize) -> Mo
         pair_layout: layout,
         attention: AttentionKernel::Fused,
         nope_every,
+        canon_len: 0,
     }
 }
 

@@ -16,6 +16,7 @@ use rand::{Rng, SeedableRng};
 fn model_config(encoding: Encoding, phase: TapaPhase, attention: AttentionKernel) -> ModelConfig {
     ModelConfig {
         nope_every: 0,
+        canon_len: 0,
         vocab_size: 11,
         d_model: 32,
         n_layers: 2,

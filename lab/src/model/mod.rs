@@ -390,7 +390,14 @@ pub struct ModelConfig {
     /// others `encoding` (Llama 4's interleaving); 0 = every layer uses `encoding`.
     #[serde(default)]
     pub nope_every: usize,
+    /// Width of each block's causal depthwise convolution before attention ([`Block::canon`]);
+    /// 0 = none.
+    #[serde(default)]
+    pub canon_len: usize,
 }
+
+/// Largest [`ModelConfig::canon_len`].
+pub const MAX_CANON_LEN: usize = 8;
 
 impl ModelConfig {
     /// A one-layer model whose only use is its attention (`PositionalAttention::new(&cfg, 0, …)`):
@@ -409,6 +416,7 @@ impl ModelConfig {
             pair_layout: PairLayout::Adjacent,
             attention: AttentionKernel::Reference,
             nope_every: 0,
+            canon_len: 0,
         }
     }
 
@@ -462,6 +470,14 @@ impl ModelConfig {
                 ),
                 n_heads: self.n_heads,
                 kernel: self.attention,
+                // Zero: the block starts as the one without it, and the seed's stream of the
+                // other weights is unchanged.
+                canon: (self.canon_len > 0).then(|| {
+                    Param::from_data(
+                        TensorData::new(vec![0.0f32; self.canon_len * d], [self.canon_len, d]),
+                        device,
+                    )
+                }),
             });
         }
         let lm_head = normal([d, self.vocab_size], std);
@@ -512,6 +528,36 @@ pub struct Block {
     /// Attention implementation.
     #[module(skip)]
     pub kernel: AttentionKernel,
+    /// Causal depthwise convolution before attention, `[canon_len, d_model]` ("Canon-A" of
+    /// Allen-Zhu, *Physics of Language Models, Part 4.1*, 2025): the normalised input `h`
+    /// becomes `h_t + Σ_{j<canon_len} w_j ⊙ h_{t−j}` (`h_{t−j} = 0` before the sequence), so
+    /// every position sees its last few tokens before any attention. `None` = no canon layer.
+    pub canon: Option<Param<Tensor<2>>>,
+}
+
+/// The causal depthwise convolution of [`Block::canon`] with its residual: `h`: `[batch, seq,
+/// d]`, `w`: `[len, d]` → `[batch, seq, d]`, `out_t = h_t + Σ_j w_j ⊙ h_{t−j}` (zero before the
+/// first position).
+pub fn canon_conv(h: Tensor<3>, w: Tensor<2>) -> Tensor<3> {
+    let [b, l, d] = h.dims();
+    let [len, _] = w.dims();
+    let mut out = h.clone();
+    for j in 0..len.min(l) {
+        let wj = w.clone().slice([j..j + 1, 0..d]).reshape([1, 1, d]);
+        let shifted = if j == 0 {
+            h.clone()
+        } else {
+            Tensor::cat(
+                vec![
+                    Tensor::zeros([b, j, d], &h.device()),
+                    h.clone().slice([0..b, 0..l - j, 0..d]),
+                ],
+                1,
+            )
+        };
+        out = out + shifted * wj;
+    }
+    out
 }
 
 /// Per-layer queries and keys, as seen by the positional score function (before any rotation).
@@ -549,6 +595,10 @@ impl Block {
             }
         };
         let h = norm(x.clone(), &self.attn_norm);
+        let h = match &self.canon {
+            Some(w) => canon_conv(h, w.val()),
+            None => h,
+        };
         let q = self.split_heads(linear(h.clone(), &self.wq));
         let k = self.split_heads(linear(h.clone(), &self.wk));
         let v = self.split_heads(linear(h, &self.wv));
