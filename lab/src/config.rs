@@ -682,7 +682,8 @@ pub(crate) mod tests {
     fn fields_list_matches_struct() {
         let v = serde_json::to_value(tiny()).unwrap();
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
-        // the stopping options, nope_every and answer_curve at their defaults: not serialised
+        // the stopping options, nope_every, answer_curve and canon_len at their defaults: not
+        // serialised
         keys.extend([
             "stop",
             "min_steps",
@@ -690,6 +691,7 @@ pub(crate) mod tests {
             "stop_tol",
             "nope_every",
             "answer_curve",
+            "canon_len",
         ]);
         let mut sorted = RUN_FIELDS.to_vec();
         sorted.sort();

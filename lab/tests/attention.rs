@@ -283,7 +283,7 @@ fn canon_conv_is_causal_and_depthwise() {
 #[test]
 fn canon_layers_start_at_zero_and_learn() {
     let device = Device::flex();
-    let mut cfg: RunConfig = serde_json::from_value(serde_json::json!({
+    let mut cfg: RunConfig = lab::config::from_flat_json(serde_json::json!({
         "task": "block", "variant": "copy", "vocab_size": 16, "seq_len": 32, "block_len": 4,
         "noise": 0.0, "encoding": "rope", "rope_base": 100.0, "pair_layout": "adjacent",
         "d_model": 16, "n_layers": 1, "n_heads": 2, "d_ff": 32, "steps": 30, "batch_size": 8,
