@@ -354,7 +354,11 @@ pub fn run_one(
             )?;
         }
     }
-    if cfg.task.kind() == crate::config::TaskKind::Block {
+    // The MI width of the run's own data (R4): block tasks, and iGSM's solutions (issue 19).
+    if matches!(
+        cfg.task.kind(),
+        crate::config::TaskKind::Block | crate::config::TaskKind::Igsm
+    ) {
         out.dep_width_mi = cfg.data_width_mi();
     }
     if out.status == RunStatus::Done && !evals.is_empty() {
