@@ -680,13 +680,44 @@ pub fn layer_effective_freqs(energy: &[Vec<Vec<f64>>], theta: &[f64]) -> Vec<f64
         .collect()
 }
 
+/// What [`train`] reports while it runs: once after every optimiser step, and once more after
+/// every evaluation (every `eval_every` steps and at the last step).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Progress {
+    /// An optimiser step finished.
+    Step {
+        /// The step just done, 1-based.
+        step: usize,
+        /// The run's `steps`.
+        steps: usize,
+        /// Its mean training loss, nats per scored token.
+        train_loss: f64,
+    },
+    /// The held-out evaluation after step `step`.
+    Eval {
+        /// The step it follows, 1-based.
+        step: usize,
+        /// The run's `steps`.
+        steps: usize,
+        /// Mean held-out loss on `eval_batches` batches, nats per scored token.
+        loss: f64,
+        /// Held-out token accuracy on the same batches.
+        accuracy: f64,
+        /// θ_eff of the whole model on the same batches, rad/token (SCIENCE.md §3).
+        effective_freq: f64,
+        /// iGSM runs with `answer_curve > 0`: greedy answer accuracy on that many held-out
+        /// problems; `None` otherwise.
+        answer_accuracy: Option<f64>,
+    },
+}
+
 /// Train a model for `cfg` on `device` (an autodiff device is made from it). `progress` is
-/// called after every step with `(step, steps, train_loss)`. Returns the outcome and the final
-/// model (as of the last completed step).
+/// called after every step and every evaluation ([`Progress`]). Returns the outcome and the
+/// final model (as of the last completed step).
 pub fn train(
     cfg: &RunConfig,
     device: &Device,
-    progress: &mut dyn FnMut(usize, usize, f64),
+    progress: &mut dyn FnMut(&Progress),
 ) -> (TrainOutcome, Transformer) {
     let start = Instant::now();
     let ad_device = device.clone().autodiff();
@@ -774,7 +805,11 @@ pub fn train(
             argmax_freq: None,
             answer_accuracy: None,
         });
-        progress(step + 1, cfg.steps, loss_value);
+        progress(&Progress::Step {
+            step: step + 1,
+            steps: cfg.steps,
+            train_loss: loss_value,
+        });
         let done = step + 1;
         if done % cfg.eval_every == 0 || done == cfg.steps {
             if let Some((fm, _)) = &fast {
@@ -790,6 +825,14 @@ pub fn train(
                     point.answer_accuracy = Some(g.answer_accuracy);
                 }
             }
+            progress(&Progress::Eval {
+                step: done,
+                steps: cfg.steps,
+                loss: ev.loss,
+                accuracy: ev.accuracy,
+                effective_freq: ev.summary.effective_freq,
+                answer_accuracy: curves.last().and_then(|p| p.answer_accuracy),
+            });
             layer_history.push(layer_effective_freqs(&ev.energy, &theta));
             last = Some(ev);
             if cfg.stop == StopRule::Spectrum
@@ -917,7 +960,8 @@ mod tests {
         c.eval_every = 15;
         c.lr = 1e-2;
         c.warmup_steps = 3;
-        let (out, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
+        let mut reports = Vec::new();
+        let (out, _) = train(&c, &Device::flex(), &mut |p| reports.push(*p));
         assert_eq!(out.status, RunStatus::Done);
         let first = out.curves.iter().find(|p| p.split == "train").unwrap().loss;
         // Untrained: loss ≈ ln(vocab) = ln 16 ≈ 2.77.
@@ -926,6 +970,45 @@ mod tests {
         assert_eq!(
             evals.iter().map(|p| p.step).collect::<Vec<_>>(),
             vec![0, 15, 30]
+        );
+        // Progress: one report per step in order, then one per evaluation after the initial
+        // one, carrying the same numbers as the curves.
+        let steps: Vec<usize> = reports
+            .iter()
+            .filter_map(|p| match *p {
+                Progress::Step { step, steps, .. } => Some(step + 1000 * steps),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(steps, (1..=30).map(|s| s + 30_000).collect::<Vec<_>>());
+        let eval_reports: Vec<(usize, f64, f64)> = reports
+            .iter()
+            .filter_map(|p| match *p {
+                Progress::Eval {
+                    step,
+                    loss,
+                    accuracy,
+                    answer_accuracy: None,
+                    ..
+                } => Some((step, loss, accuracy)),
+                _ => None,
+            })
+            .collect();
+        let expected: Vec<(usize, f64, f64)> = evals[1..]
+            .iter()
+            .map(|p| (p.step, p.loss, p.accuracy))
+            .collect();
+        assert_eq!(eval_reports, expected);
+        let at = |p: &Progress| match *p {
+            Progress::Step { step, .. } | Progress::Eval { step, .. } => step,
+        };
+        let eval_15 = reports
+            .iter()
+            .position(|p| matches!(p, Progress::Eval { step: 15, .. }));
+        assert_eq!(
+            eval_15.map(|i| at(&reports[i - 1])),
+            Some(15),
+            "evaluation follows its step"
         );
         // 3 evaluations × 1 layer × 2 heads.
         assert_eq!(out.spectra.len(), 6);
@@ -978,7 +1061,7 @@ mod tests {
         c.min_steps = 12;
         c.stop_window = 2;
         c.stop_tol = 10.0;
-        let (out, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
+        let (out, _) = train(&c, &Device::flex(), &mut |_| {});
         assert_eq!(out.status, RunStatus::Done);
         assert_eq!(out.converged_step, Some(15));
         let steps: Vec<usize> = out
@@ -991,7 +1074,7 @@ mod tests {
         assert_eq!(out.curves.iter().filter(|p| p.split == "train").count(), 15);
         // A tolerance no spectrum meets runs to the cap.
         c.stop_tol = 1e-12;
-        let (out, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
+        let (out, _) = train(&c, &Device::flex(), &mut |_| {});
         assert_eq!(out.converged_step, None);
         assert_eq!(out.curves.last().unwrap().step, 40);
     }
@@ -1000,8 +1083,8 @@ mod tests {
     fn same_seed_same_numbers() {
         let mut c = tiny();
         c.steps = 5;
-        let (a, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
-        let (b, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
+        let (a, _) = train(&c, &Device::flex(), &mut |_| {});
+        let (b, _) = train(&c, &Device::flex(), &mut |_| {});
         let la: Vec<f64> = a.curves.iter().map(|p| p.loss).collect();
         let lb: Vec<f64> = b.curves.iter().map(|p| p.loss).collect();
         assert_eq!(la, lb);
@@ -1015,7 +1098,7 @@ mod tests {
         let mut c = tiny();
         c.steps = 10;
         c.max_grad_norm = 1e-9;
-        let (out, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
+        let (out, _) = train(&c, &Device::flex(), &mut |_| {});
         let RunStatus::Failed { step, reason } = &out.status else {
             panic!("expected a failed run, got {:?}", out.status);
         };
@@ -1039,7 +1122,7 @@ mod tests {
         c.lr = 10.0;
         c.weight_decay = 10.0;
         c.max_grad_norm = 0.0;
-        let (out, _) = train(&c, &Device::flex(), &mut |_, _, _| {});
+        let (out, _) = train(&c, &Device::flex(), &mut |_| {});
         let RunStatus::Failed { step, reason } = &out.status else {
             panic!("expected a failed run, got {:?}", out.status);
         };

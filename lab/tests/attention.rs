@@ -219,7 +219,7 @@ fn pope_delta_stays_in_range_after_training() {
     }))
     .unwrap();
     cfg.validate().unwrap();
-    let (out, model) = lab::train::train(&cfg, &Device::flex(), &mut |_, _, _| {});
+    let (out, model) = lab::train::train(&cfg, &Device::flex(), &mut |_| {});
     assert_eq!(out.status, lab::train::RunStatus::Done);
     let mut moved = false;
     for block in &model.blocks {
@@ -314,7 +314,7 @@ fn canon_layers_start_at_zero_and_learn() {
         .try_to_vec::<f32>()
         .unwrap();
     assert_eq!(a, b);
-    let (out, model) = lab::train::train(&cfg, &device, &mut |_, _, _| {});
+    let (out, model) = lab::train::train(&cfg, &device, &mut |_| {});
     assert_eq!(out.status, lab::train::RunStatus::Done);
     let evals: Vec<_> = out.curves.iter().filter(|c| c.split == "eval").collect();
     let (first, last) = (evals[0], evals[evals.len() - 1]);

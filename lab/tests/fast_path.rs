@@ -386,7 +386,7 @@ fn a_fast_run_matches_the_fused_run() {
         v["attention"] = attention.into();
         let cfg = lab::config::from_flat_json(v).unwrap();
         cfg.validate().unwrap();
-        let (out, model) = lab::train::train(&cfg, &Device::flex(), &mut |_, _, _| {});
+        let (out, model) = lab::train::train(&cfg, &Device::flex(), &mut |_| {});
         assert_eq!(out.status, lab::train::RunStatus::Done);
         (out, FastModel::from_burn(&model, &cfg.model()))
     };

@@ -212,7 +212,7 @@ fn fused_training_is_deterministic() {
     .unwrap();
     cfg.validate().unwrap();
     let run = || {
-        let (out, model) = lab::train::train(&cfg, &Device::flex(), &mut |_, _, _| {});
+        let (out, model) = lab::train::train(&cfg, &Device::flex(), &mut |_| {});
         assert_eq!(out.status, lab::train::RunStatus::Done);
         values(model.blocks[0].wq.val())
     };

@@ -10,6 +10,7 @@ use super::spec::{EvalSpec, SweepSpec, find_sweep, list_sweeps};
 use crate::config::RunConfig;
 use crate::model::AttentionKernel;
 use crate::results::tables::RunMeta;
+use crate::train::Progress;
 
 fn io(context: String) -> impl FnOnce(std::io::Error) -> SweepError {
     move |source| SweepError::Io { context, source }
@@ -375,22 +376,37 @@ pub fn run_one_files(
     cfg.validate()
         .map_err(|e| SweepError::Data(format!("{}: {e}", config.display())))?;
     let every = (cfg.steps / 20).max(1);
-    let outcome = match super::runner::run_one(
-        &cfg,
-        meta,
-        out,
-        backend,
-        &evals,
-        &mut |step, steps, loss| {
-            if step % every == 0 || step == steps {
-                eprintln!("step {step}/{steps} train loss {loss:.4}");
+    let outcome =
+        match super::runner::run_one(&cfg, meta, out, backend, &evals, &mut |p| match *p {
+            Progress::Step {
+                step,
+                steps,
+                train_loss,
+            } if step % every == 0 || step == steps => {
+                eprintln!("step {step}/{steps} train loss {train_loss:.4}");
             }
-        },
-    ) {
-        Ok(o) => o,
-        Err(e) if e.is_storage() => return Ok(RunOneExit::CannotWrite(format!("error: {e}"))),
-        Err(e) => return Err(e),
-    };
+            Progress::Step { .. } => {}
+            Progress::Eval {
+                step,
+                steps,
+                loss,
+                accuracy,
+                effective_freq,
+                answer_accuracy,
+            } => {
+                let answers = answer_accuracy
+                    .map(|a| format!(", greedy answers {:.1} %", 100.0 * a))
+                    .unwrap_or_default();
+                eprintln!(
+                    "eval at step {step}/{steps}: held-out loss {loss:.4}, accuracy {accuracy:.4}, \
+                     θ_eff {effective_freq:.4} rad/token{answers}"
+                );
+            }
+        }) {
+            Ok(o) => o,
+            Err(e) if e.is_storage() => return Ok(RunOneExit::CannotWrite(format!("error: {e}"))),
+            Err(e) => return Err(e),
+        };
     let status = match &outcome.status {
         crate::train::RunStatus::Done => "done".to_string(),
         crate::train::RunStatus::Failed { step, reason } => {

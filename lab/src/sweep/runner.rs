@@ -292,7 +292,7 @@ pub fn run_one(
     dir: &Path,
     backend: Backend,
     evals: &[EvalSpec],
-    progress: &mut dyn FnMut(usize, usize, f64),
+    progress: &mut dyn FnMut(&train::Progress),
 ) -> Result<TrainOutcome, SweepError> {
     std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;
     results::clean_temporaries(dir);
