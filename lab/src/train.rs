@@ -973,14 +973,14 @@ mod tests {
         );
         // Progress: one report per step in order, then one per evaluation after the initial
         // one, carrying the same numbers as the curves.
-        let steps: Vec<usize> = reports
+        let steps: Vec<(usize, usize)> = reports
             .iter()
             .filter_map(|p| match *p {
-                Progress::Step { step, steps, .. } => Some(step + 1000 * steps),
+                Progress::Step { step, steps, .. } => Some((step, steps)),
                 _ => None,
             })
             .collect();
-        assert_eq!(steps, (1..=30).map(|s| s + 30_000).collect::<Vec<_>>());
+        assert_eq!(steps, (1..=30).map(|s| (s, 30)).collect::<Vec<_>>());
         let eval_reports: Vec<(usize, f64, f64)> = reports
             .iter()
             .filter_map(|p| match *p {
