@@ -17,13 +17,22 @@
 #   (cubecl-llvm downloads its LLVM bundle on the first build), and also runs the cube_bench example.
 # Either needs a CUDA driver (cubecl-cuda loads it and NVRTC at run time) and a CUDA build of
 # PyTorch >= 2.5 (FlexAttention) for the baselines. Writes into $OUT (default results/bench/gpu):
-# gpu.txt, ldd.txt, selfcheck.txt, cube.jsonl, torch.jsonl, ratios.txt,
-# train-step-lab-{fused,reference}.json, train-step-torch.jsonl, indirect-full.log (+ indirect-full/).
+# gpu.txt, ldd.txt, selfcheck.txt, cube.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
+# train-step-lab.json, train-step-torch.jsonl, cubecl-compile.log, cubecl-autotune.log, indirect-full.log (+ indirect-full/).
+#
+# Order (2026-12-04, after the first GPU run): what was never measured comes first, each step under its own limit
+# so that one slow step cannot take the rest: the training step (TRAIN_S, 150 s: the first run's `lab bench
+# train-step` printed nothing within 60 s), the lab's attention op, PyTorch SDPA, FlexAttention (compiles one kernel
+# per encoding, dtype and length: FLEX_SEQS 4096 and FLEX_DTYPES bf16 by default, FLEX_S 100 s), the selfcheck
+# (114 s on the H200; SELFCHECK=0 skips it), indirect-indexing, the sweep. Every section is stamped with the time,
+# and on CUDA a cubecl.toml (removed at exit) logs CubeCL's kernel compilations and autotune decisions into
+# $OUT/cubecl-*.log, to see where a slow first step goes.
 #
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
-# BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine), INDIRECT_S (seconds of indirect-indexing `full`, 90),
+# TRAIN_S, TRAIN_STEPS (10), FLEX_SEQS, FLEX_DTYPES, FLEX_S, SELFCHECK (1), SDPA_S (60), ATTN_S (90),
+# BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine), INDIRECT_S (seconds of indirect-indexing `full`, 45),
 # INDIRECT_JOBS (its runs at once on the GPU, 1), SWEEP_S and SWEEP_JOBS (the default block-width sweep with that many
-# run processes sharing the GPU, for runs/hour: 90 s, 4).
+# run processes sharing the GPU, for runs/hour: 45 s, 4).
 # Written without access to a GPU: check the first run's output (errors are recorded per step, not fatal).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -41,6 +50,28 @@ PYTHON=${PYTHON:-python3}
 BACKEND=${BACKEND:-cuda}
 OUT=${OUT:-results/bench/gpu}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+TRAIN_S=${TRAIN_S:-150}
+TRAIN_STEPS=${TRAIN_STEPS:-10}
+FLEX_SEQS=${FLEX_SEQS:-4096}
+FLEX_DTYPES=${FLEX_DTYPES:-bf16}
+FLEX_S=${FLEX_S:-100}
+SDPA_S=${SDPA_S:-60}
+ATTN_S=${ATTN_S:-90}
+SELFCHECK=${SELFCHECK:-1}
+T0=$(date +%s)
+section() { echo "== [$(date -u +%H:%M:%S), +$(( $(date +%s) - T0 )) s] $*"; }
+# CubeCL reads cubecl.toml from the working directory: log compilations and autotune decisions on CUDA.
+if [[ $BACKEND == cuda && ! -e cubecl.toml ]]; then
+    cat > cubecl.toml <<TOML
+[compilation]
+logger = { level = "basic", file = "$OUT/cubecl-compile.log", append = true }
+
+[autotune]
+logger = { level = "minimal", file = "$OUT/cubecl-autotune.log", append = true }
+TOML
+    trap 'rm -f cubecl.toml' EXIT
+fi
 
 {
     date -u +"%Y-%m-%dT%H:%M:%SZ"
@@ -78,8 +109,16 @@ if grep -q "not found" "$OUT/ldd.txt"; then
     echo "error: shared libraries of $LAB not found on this machine (see $OUT/ldd.txt)" >&2
 fi
 
-echo "== lab selfcheck --backend $BACKEND"
-"$LAB" selfcheck --backend "$BACKEND" 2>&1 | tee "$OUT/selfcheck.txt" || echo "selfcheck failed (exit status above)"
+section "training step of the quick model: lab on $BACKEND (fused, $TRAIN_STEPS steps after 2, at most $TRAIN_S s) vs PyTorch eager"
+timeout "$TRAIN_S" "$LAB" bench train-step --preset "${PRESET:-quick}" --backend "$BACKEND" --attention fused \
+    --warmup 2 --steps "$TRAIN_STEPS" > "$OUT/train-step-lab.json" || echo "lab train-step stopped (exit $?)"
+cat "$OUT/train-step-lab.json"
+if [[ -s "$OUT/train-step-lab.json" ]]; then
+    "$PYTHON" "$HERE/torch_baseline.py" --shape "$OUT/train-step-lab.json" --device cuda | tee "$OUT/train-step-torch.jsonl" \
+        || echo "PyTorch train-step failed"
+else
+    echo "no lab figure: PyTorch's step is not timed either (it needs the lab's model shape)"
+fi
 
 cube_arg=()
 if [[ $CARGO_ROUTE == 1 ]]; then
@@ -88,33 +127,41 @@ if [[ $CARGO_ROUTE == 1 ]]; then
         --device cuda --encodings "$ENCODINGS" "${shape[@]}" | tee "$OUT/cube.jsonl"
     cube_arg=(--cube "$OUT/cube.jsonl")
 else
-    echo "== the fused attention op (f32) through lab bench attention --backend $BACKEND"
-    "$LAB" bench attention --backend "$BACKEND" --encodings "$ENCODINGS" "${shape[@]}" > "$OUT/cube.jsonl" \
-        || echo "lab bench attention failed"
+    section "the fused attention op (f32) through lab bench attention --backend $BACKEND (at most $ATTN_S s)"
+    timeout "$ATTN_S" "$LAB" bench attention --backend "$BACKEND" --encodings "$ENCODINGS" "${shape[@]}" > "$OUT/cube.jsonl" \
+        || echo "lab bench attention stopped (exit $?)"
 fi
 if [[ -s "$OUT/cube.jsonl" ]]; then cube_arg=(--cube "$OUT/cube.jsonl"); fi
 
-echo "== PyTorch: SDPA (nope, rope) and FlexAttention (pope, tapa, tapa-linear), bf16 and f32"
 rm -f "$OUT/torch.jsonl"
-"$PYTHON" "$HERE/gpu_attention.py" --device cuda --dtypes bf16,f32 --encodings "$ENCODINGS" "${shape[@]}" \
-    --out "$OUT/torch.jsonl" "${cube_arg[@]}" | tee "$OUT/ratios.txt" || echo "PyTorch attention timings failed"
+sdpa=() flex=()
+for e in ${ENCODINGS//,/ }; do case $e in nope|rope) sdpa+=("$e") ;; *) flex+=("$e") ;; esac; done
+if (( ${#sdpa[@]} )); then
+    section "PyTorch SDPA (FlashAttention-2 in bf16): ${sdpa[*]}, bf16 and f32, seq $SEQS (at most $SDPA_S s)"
+    sdpa_list=$(IFS=,; echo "${sdpa[*]}")
+    timeout "$SDPA_S" "$PYTHON" "$HERE/gpu_attention.py" --device cuda --dtypes bf16,f32 --encodings "$sdpa_list" "${shape[@]}" \
+        --out "$OUT/torch.jsonl" "${cube_arg[@]}" | tee "$OUT/ratios-sdpa.txt" || echo "PyTorch SDPA timings stopped"
+fi
+if (( ${#flex[@]} )); then
+    section "PyTorch FlexAttention: ${flex[*]}, $FLEX_DTYPES, seq $FLEX_SEQS (one torch.compile each; at most $FLEX_S s)"
+    flex_list=$(IFS=,; echo "${flex[*]}")
+    timeout "$FLEX_S" "$PYTHON" "$HERE/gpu_attention.py" --device cuda --dtypes "$FLEX_DTYPES" --encodings "$flex_list" \
+        --batch "$BATCH" --heads "$HEADS" --head-dim "$HEAD_DIM" --seq "$FLEX_SEQS" --iters "$ITERS" --warmup "$WARMUP" \
+        --out "$OUT/torch.jsonl" "${cube_arg[@]}" | tee "$OUT/ratios-flex.txt" || echo "FlexAttention timings stopped"
+fi
 
-echo "== training step of the quick model: lab on CUDA vs PyTorch eager on the same GPU"
-for attention in fused reference; do
-    "$LAB" bench train-step --preset "${PRESET:-quick}" --backend "$BACKEND" --attention "$attention" \
-        > "$OUT/train-step-lab-$attention.json" || echo "lab train-step ($attention) failed"
-    cat "$OUT/train-step-lab-$attention.json"
-done
-cp "$OUT/train-step-lab-fused.json" "$OUT/train-step-lab.json"
-"$PYTHON" "$HERE/torch_baseline.py" --shape "$OUT/train-step-lab.json" --device cuda | tee "$OUT/train-step-torch.jsonl" \
-    || echo "PyTorch train-step failed"
+if [[ $SELFCHECK == 1 ]]; then
+    section "lab selfcheck --backend $BACKEND"
+    "$LAB" selfcheck --backend "$BACKEND" 2>&1 | tee "$OUT/selfcheck.txt" || echo "selfcheck failed (exit status above)"
+fi
 
-# As much of the indirect-indexing `full` preset (the PoPE paper's protocol) as fits in INDIRECT_S (90) seconds, for
+
+# As much of the indirect-indexing `full` preset (the PoPE paper's protocol) as fits in INDIRECT_S (45) seconds, for
 # its throughput on this GPU: the log's per-step progress and ms/step; runs cut off by the limit are discarded
 # (results are written only when a run finishes) and a later `lab sweep` with the same --out resumes.
-echo "== indirect-indexing --preset full on $BACKEND for at most ${INDIRECT_S:-90} s"
-timeout "${INDIRECT_S:-90}" "$LAB" sweep indirect-indexing --preset full --backend "$BACKEND" --jobs "${INDIRECT_JOBS:-1}" \
-    --out "$OUT/indirect-full" > "$OUT/indirect-full.log" 2>&1 || echo "indirect-indexing stopped (exit $?; the limit is ${INDIRECT_S:-90} s)"
+section "indirect-indexing --preset full on $BACKEND for at most ${INDIRECT_S:-45} s"
+timeout "${INDIRECT_S:-45}" "$LAB" sweep indirect-indexing --preset full --backend "$BACKEND" --jobs "${INDIRECT_JOBS:-1}" \
+    --out "$OUT/indirect-full" > "$OUT/indirect-full.log" 2>&1 || echo "indirect-indexing stopped (exit $?; the limit is ${INDIRECT_S:-45} s)"
 tail -5 "$OUT/indirect-full.log" || true
 # Steps reached by each run in the time (its log.txt prints a line every eval_every / 10 steps or so).
 for log in "$OUT"/indirect-full/runs/*/log.txt; do
@@ -123,9 +170,10 @@ done | tee "$OUT/indirect-full-steps.txt" || true
 
 # Many small runs on one GPU: the default block-width sweep with SWEEP_JOBS run processes sharing the device, for
 # runs/hour against the CPU's (the 2-core VM: 40 runs in 6-8 min). Finished runs are counted from the log.
-echo "== block-width --preset quick on $BACKEND, ${SWEEP_JOBS:-4} runs at once, at most ${SWEEP_S:-90} s"
-timeout "${SWEEP_S:-90}" "$LAB" sweep block-width --backend "$BACKEND" --jobs "${SWEEP_JOBS:-4}" --no-progress \
+section "block-width --preset quick on $BACKEND, ${SWEEP_JOBS:-4} runs at once, at most ${SWEEP_S:-45} s"
+timeout "${SWEEP_S:-45}" "$LAB" sweep block-width --backend "$BACKEND" --jobs "${SWEEP_JOBS:-4}" --no-progress \
     --out "$OUT/block-width" > "$OUT/block-width.log" 2>&1 || echo "block-width stopped (exit $?)"
-echo "runs finished in ${SWEEP_S:-90} s with ${SWEEP_JOBS:-4} jobs: $(ls "$OUT"/block-width/runs/*/runs.parquet 2>/dev/null | wc -l)" \
+echo "runs finished in ${SWEEP_S:-45} s with ${SWEEP_JOBS:-4} jobs: $(ls "$OUT"/block-width/runs/*/runs.parquet 2>/dev/null | wc -l)" \
     | tee "$OUT/block-width-throughput.txt"
 
+section "done"
