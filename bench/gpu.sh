@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# One command on an NVIDIA machine: the lab's CubeCL attention kernels (lab/src/kernels/cube.rs, f32)
-# against PyTorch's scaled_dot_product_attention (FlashAttention) and FlexAttention versions of PoPE and
-# TAPA, forward and forward+backward, at seq 1024, 4096 and 16384, in bf16 and f32 for PyTorch; then
-# the quick model's whole training step on CUDA (`lab bench train-step --backend cuda`) against the
-# same model in PyTorch eager on the same GPU (bench/torch_baseline.py --device cuda).
+# One command on an NVIDIA machine: the quick model's whole training step on CUDA (`lab bench train-step
+# --backend cuda`) against the same model in PyTorch eager on the same GPU (bench/torch_baseline.py --device
+# cuda); the lab's CubeCL attention kernels (lab/src/kernels/cube.rs, f32) against PyTorch's
+# scaled_dot_product_attention (FlashAttention) and FlexAttention versions of PoPE and TAPA, forward and
+# forward+backward, at seq 1024, 4096 and 16384 (Flex: 4096), bf16 and f32 for PyTorch; the selfcheck; a
+# little of two sweeps.
 #
 #   bash bench/gpu.sh            (or: make bench-gpu)
 #
 # Two ways to run it:
 # - from the GPU bundle (`make gpu-bundle` on a CPU machine, then copy `.gpu/` and run `bash .gpu/gpu.sh`
 #   there): no cargo, no network. The script unpacks `.gpu/lab.xz` with Python's lzma, checks that the
-#   binary's shared libraries resolve (`ldd`), runs `lab selfcheck --backend cuda` (every fused kernel and
-#   two training steps against the CPU reference), then the timings (`lab bench attention`, `lab bench
-#   train-step`);
+#   binary's shared libraries resolve (`ldd`), runs the timings (`lab bench train-step`, `lab bench
+#   attention`), then `lab selfcheck --backend cuda` (every fused kernel and two training steps against the
+#   CPU reference);
 # - from a checkout on a machine with Rust and network (`make bench-gpu`): builds with cargo as before
 #   (cubecl-llvm downloads its LLVM bundle on the first build), and also runs the cube_bench example.
 # Either needs a CUDA driver (cubecl-cuda loads it and NVRTC at run time) and a CUDA build of
@@ -154,7 +155,6 @@ if [[ $SELFCHECK == 1 ]]; then
     section "lab selfcheck --backend $BACKEND"
     "$LAB" selfcheck --backend "$BACKEND" 2>&1 | tee "$OUT/selfcheck.txt" || echo "selfcheck failed (exit status above)"
 fi
-
 
 # As much of the indirect-indexing `full` preset (the PoPE paper's protocol) as fits in INDIRECT_S (45) seconds, for
 # its throughput on this GPU: the log's per-step progress and ms/step; runs cut off by the limit are discarded
