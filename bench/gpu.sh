@@ -169,7 +169,7 @@ for log in "$OUT"/indirect-full/runs/*/log.txt; do
 done | tee "$OUT/indirect-full-steps.txt" || true
 
 # Many small runs on one GPU: the default block-width sweep with SWEEP_JOBS run processes sharing the device, for
-# runs/hour against the CPU's (the 2-core VM: 40 runs in 6-8 min). Finished runs are counted from the log.
+# runs/hour against the CPU's (the 2-core VM: 34 runs in 3.7 min, docs/performance.md). Finished runs are counted from the log.
 section "block-width --preset quick on $BACKEND, ${SWEEP_JOBS:-4} runs at once, at most ${SWEEP_S:-45} s"
 timeout "${SWEEP_S:-45}" "$LAB" sweep block-width --backend "$BACKEND" --jobs "${SWEEP_JOBS:-4}" --no-progress \
     --out "$OUT/block-width" > "$OUT/block-width.log" 2>&1 || echo "block-width stopped (exit $?)"
