@@ -19,7 +19,7 @@
 # Either needs a CUDA driver (cubecl-cuda loads it and NVRTC at run time) and a CUDA build of
 # PyTorch >= 2.5 (FlexAttention) for the baselines. Writes into $OUT (default results/bench/gpu):
 # gpu.txt, ldd.txt, selfcheck.txt, cube.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
-# train-step-lab.json, train-step-torch.jsonl, cubecl-compile.log, cubecl-autotune.log, indirect-full.log (+ indirect-full/).
+# train-step-lab.json, train-step-lab.log, train-step-torch.jsonl, cubecl-compile.log, cubecl-autotune.log, indirect-full.log (+ indirect-full/).
 #
 # Order (2026-12-04, after the first GPU run): what was never measured comes first, each step under its own limit
 # so that one slow step cannot take the rest: the training step (TRAIN_S, 150 s: the first run's `lab bench
@@ -112,7 +112,8 @@ fi
 
 section "training step of the quick model: lab on $BACKEND (fused, $TRAIN_STEPS steps after 2, at most $TRAIN_S s) vs PyTorch eager"
 timeout "$TRAIN_S" "$LAB" bench train-step --preset "${PRESET:-quick}" --backend "$BACKEND" --attention fused \
-    --warmup 2 --steps "$TRAIN_STEPS" > "$OUT/train-step-lab.json" || echo "lab train-step stopped (exit $?)"
+    --warmup 2 --steps "$TRAIN_STEPS" > "$OUT/train-step-lab.json" 2> >(tee "$OUT/train-step-lab.log" >&2) \
+    || echo "lab train-step stopped (exit $?)"   # the .log has one line per step as it ends (the first: compiles)
 cat "$OUT/train-step-lab.json"
 if [[ -s "$OUT/train-step-lab.json" ]]; then
     "$PYTHON" "$HERE/torch_baseline.py" --shape "$OUT/train-step-lab.json" --device cuda | tee "$OUT/train-step-torch.jsonl" \

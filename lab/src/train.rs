@@ -425,27 +425,39 @@ pub struct StepBench {
     pub tokens_per_s: f64,
     /// Timed steps.
     pub steps: usize,
+    /// Wall ms of the very first step (warm-up or timed): on CubeCL backends it holds the
+    /// kernels' just-in-time compilation and autotuning, which the median leaves out.
+    pub first_step_ms: f64,
 }
 
 /// Time `steps` training steps of `cfg`'s model after `warmup` steps (batches pre-generated):
 /// through burn on `device`, or on the whole-step fast path when `cfg.attention` is `fast` and
-/// `device` is the CPU (flex).
+/// `device` is the CPU (flex). `progress(step, ms)` is called after every step, warm-up
+/// included (`step` counts from 0 over `warmup + steps`), so a caller can show where a slow
+/// first step goes before the median is known.
 pub fn bench_train_step(
     cfg: &RunConfig,
     warmup: usize,
     steps: usize,
     device: &Device,
+    progress: &mut dyn FnMut(usize, f64),
 ) -> StepBench {
     let batches: Vec<Vec<Example>> = (0..warmup + steps)
         .map(|s| cfg.train_batch(s).expect("config validated"))
         .collect();
     let mut times = Vec::with_capacity(steps);
+    let mut first_step_ms = f64::NAN;
     let mut timed = |s: usize, run: &mut dyn FnMut()| {
         let t0 = Instant::now();
         run();
-        if s >= warmup {
-            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        if s == 0 {
+            first_step_ms = ms;
         }
+        if s >= warmup {
+            times.push(ms);
+        }
+        progress(s, ms);
     };
     let ad_device = device.clone().autodiff();
     let model = cfg.model().init(cfg.seed, &ad_device);
@@ -475,6 +487,7 @@ pub fn bench_train_step(
         ms_per_step: ms,
         tokens_per_s: (cfg.batch_size * cfg.seq_len) as f64 / (ms / 1e3),
         steps,
+        first_step_ms,
     }
 }
 

@@ -441,6 +441,14 @@ fn bench_train_step_prints_the_model_shape() {
     let tps = v["tokens_per_s"].as_f64().unwrap();
     let expect = 8.0 * 64.0 / (v["ms_per_step"].as_f64().unwrap() / 1e3);
     assert!((tps - expect).abs() < 1e-6 * expect);
+    assert!(v["first_step_ms"].as_f64().unwrap() > 0.0);
+    // One stderr line per step as it ends, warm-up first: 1 + 3 steps.
+    let err = String::from_utf8_lossy(&o.stderr);
+    let steps: Vec<&str> = err.lines().filter(|l| l.starts_with("train-step: step ")).collect();
+    assert_eq!(steps.len(), 4, "{err}");
+    assert!(steps[0].starts_with("train-step: step 1/4 (warm-up) "), "{err}");
+    assert!(steps[1].starts_with("train-step: step 2/4 (timed) "), "{err}");
+    assert!(steps[3].ends_with(" ms"), "{err}");
 }
 
 /// `lab bench attention`: one JSON line per (seq, encoding), in that order, with the shape asked

@@ -325,10 +325,21 @@ pub fn bench_train_step_json(
         .expect("expand returns at least one run")
         .config;
     cfg.attention = attention;
-    let b = crate::train::bench_train_step(&cfg, warmup, steps, &backend.device()?);
+    let total = warmup + steps;
+    let b = crate::train::bench_train_step(
+        &cfg,
+        warmup,
+        steps,
+        &backend.device()?,
+        &mut |s, ms| {
+            let kind = if s < warmup { "warm-up" } else { "timed" };
+            eprintln!("train-step: step {}/{total} ({kind}) {ms:.1} ms", s + 1);
+        },
+    );
     Ok(serde_json::json!({
         "path": if fast { "fast" } else { "burn" },
         "ms_per_step": b.ms_per_step, "tokens_per_s": b.tokens_per_s,
+        "first_step_ms": b.first_step_ms,
         "steps": b.steps, "warmup": warmup, "threads": threads,
         "d_model": cfg.d_model, "n_layers": cfg.n_layers, "n_heads": cfg.n_heads,
         "d_ff": cfg.d_ff, "seq_len": cfg.seq_len, "batch": cfg.batch_size,
