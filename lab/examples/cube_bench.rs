@@ -136,11 +136,8 @@ mod imp {
                     other => panic!("unknown encoding {other}"),
                 };
                 for strategy_name in &a.strategies {
-                    let strategy = match strategy_name.as_str() {
-                        "tiled" => CubeStrategy::Tiled { tile: None },
-                        "rows" => CubeStrategy::Rows,
-                        other => panic!("unknown strategy {other} (tiled, rows)"),
-                    };
+                    let strategy =
+                        CubeStrategy::parse(strategy_name).unwrap_or_else(|e| panic!("{e}"));
                     let params = CubeAttentionParams {
                         encoding: encoding.clone(),
                         strategy,

@@ -26,7 +26,9 @@ pub struct AttentionBench {
     pub encoding: String,
     /// `cpu`, `wgpu` or `cuda`.
     pub backend: String,
-    /// `op`: the model's fused op (on `wgpu`/`cuda` the CubeCL launch layout it autotunes).
+    /// `op`: the model's fused op on the CPU; on `wgpu`/`cuda` the CubeCL launch layout it ran
+    /// with (`tiled`, the model's default, `rows` or `tiled-split`; `lab bench attention
+    /// --strategy`).
     pub strategy: &'static str,
     /// Always `f32`.
     pub dtype: &'static str,

@@ -377,7 +377,20 @@ impl BenchCmd {
                 encodings,
                 warmup,
                 iters,
+                strategy,
             } => {
+                if backend == Backend::Cpu && strategy != "tiled" {
+                    anyhow::bail!(
+                        "--strategy {strategy}: a CubeCL kernel layout, for --backend wgpu or cuda (the CPU's Rust kernels have one)"
+                    );
+                }
+                lab::kernels::set_cube_strategy(&strategy).map_err(anyhow::Error::msg)?;
+                let label: &'static str = match (backend, strategy.as_str()) {
+                    (Backend::Cpu, _) => "op",
+                    (_, "rows") => "rows",
+                    (_, "tiled-split") => "tiled-split",
+                    _ => "tiled",
+                };
                 let encodings: Vec<&str> = encodings.split(',').map(str::trim).collect();
                 if let Some(bad) = encodings
                     .iter()
@@ -401,8 +414,12 @@ impl BenchCmd {
                             iters as usize,
                         )
                         .map_err(anyhow::Error::msg)?;
+                        let r = lab::bench::AttentionBench {
+                            strategy: label,
+                            ..r
+                        };
                         eprintln!(
-                            "bench attention: {enc} seq {l}: fwd {:.3} ms, fwd+bwd {:.3} ms",
+                            "bench attention: {enc} seq {l} ({label}): fwd {:.3} ms, fwd+bwd {:.3} ms",
                             r.fwd_ms, r.fwd_bwd_ms
                         );
                         lines.push(serde_json::to_string(&r)?);
@@ -449,7 +466,7 @@ pub enum BenchCmd {
     /// over `--iters` synced calls, one JSON line per (seq, encoding): the Rust kernels on `cpu`,
     /// the CubeCL kernels on `wgpu` / `cuda`. Shape `[batch, heads, seq, head_dim]`, f32.
     #[command(
-        after_help = "Examples:\n  lab bench attention --seq 256,1024 --encodings rope,pope\n  lab bench attention --backend cuda --seq 1024,4096,16384 --batch 4 --heads 8 --head-dim 64"
+        after_help = "Examples:\n  lab bench attention --seq 256,1024 --encodings rope,pope\n  lab bench attention --backend cuda --seq 1024,4096,16384 --batch 4 --heads 8 --head-dim 64\n  lab bench attention --backend cuda --seq 4096 --encodings nope,pope --strategy tiled-split"
     )]
     Attention {
         /// Compute backend (`wgpu` and `cuda` need the cargo features of the same names).
@@ -476,6 +493,10 @@ pub enum BenchCmd {
         /// Timed calls (1..=10000); the median is reported.
         #[arg(long, allow_negative_numbers = true, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         iters: u32,
+        /// CubeCL kernel layout on wgpu/cuda: `tiled` (the model's default), `rows`, or
+        /// `tiled-split` (the key-side backward in two launches, fewer registers per unit).
+        #[arg(long, default_value = "tiled", value_parser = ["rows", "tiled", "tiled-split"])]
+        strategy: String,
     },
 }
 

@@ -73,7 +73,8 @@ pub const SHAPES: [(usize, usize, usize, usize); 3] = [(2, 2, 5, 8), (2, 2, 33, 
 /// One comparison of a kernel's values against the reference's.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Check {
-    /// `extension`, `kernel rows`, `kernel tiled`, `kernel tiled-16` or `train-step`.
+    /// `extension`, `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split` or
+    /// `train-step`.
     pub group: String,
     /// The encoding case (and, for the attention groups, the shape `b×h×l×d`).
     pub case: String,
@@ -469,7 +470,7 @@ pub fn extension_checks(device: &Device) -> Vec<Check> {
     checks
 }
 
-/// Groups `kernel rows`, `kernel tiled`, `kernel tiled-16`: the CubeCL forward and backward
+/// Groups `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split`: the CubeCL forward and backward
 /// called directly with each launch layout, on a `wgpu` or `cuda` `device` (plain), every case at
 /// every shape (module docs).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -480,6 +481,10 @@ pub fn cube_kernel_checks(device: &Device) -> Vec<Check> {
         ("kernel rows", CubeStrategy::Rows),
         ("kernel tiled", CubeStrategy::Tiled { tile: None }),
         ("kernel tiled-16", CubeStrategy::Tiled { tile: Some(16) }),
+        (
+            "kernel tiled-split",
+            CubeStrategy::TiledSplit { tile: None },
+        ),
     ];
     let mut checks = Vec::new();
     for c in reference_cases(11) {

@@ -444,10 +444,19 @@ fn bench_train_step_prints_the_model_shape() {
     assert!(v["first_step_ms"].as_f64().unwrap() > 0.0);
     // One stderr line per step as it ends, warm-up first: 1 + 3 steps.
     let err = String::from_utf8_lossy(&o.stderr);
-    let steps: Vec<&str> = err.lines().filter(|l| l.starts_with("train-step: step ")).collect();
+    let steps: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("train-step: step "))
+        .collect();
     assert_eq!(steps.len(), 4, "{err}");
-    assert!(steps[0].starts_with("train-step: step 1/4 (warm-up) "), "{err}");
-    assert!(steps[1].starts_with("train-step: step 2/4 (timed) "), "{err}");
+    assert!(
+        steps[0].starts_with("train-step: step 1/4 (warm-up) "),
+        "{err}"
+    );
+    assert!(
+        steps[1].starts_with("train-step: step 2/4 (timed) "),
+        "{err}"
+    );
     assert!(steps[3].ends_with(" ms"), "{err}");
 }
 
@@ -500,8 +509,29 @@ fn bench_attention_prints_one_line_per_case() {
             (Some(1), Some(2), Some(8))
         );
         assert_eq!(v["backend"], "cpu");
+        assert_eq!(v["strategy"], "op");
         assert!(v["fwd_ms"].as_f64().unwrap() > 0.0 && v["fwd_bwd_ms"].as_f64().unwrap() > 0.0);
     }
+    // A CubeCL layout on the CPU is refused in one line, before any timing.
+    let o = lab()
+        .args([
+            "bench",
+            "attention",
+            "--strategy",
+            "tiled-split",
+            "--iters",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(
+        stderr
+            .contains("--strategy tiled-split: a CubeCL kernel layout, for --backend wgpu or cuda"),
+        "{stderr}"
+    );
     let o = lab()
         .args(["bench", "attention", "--encodings", "alibi", "--iters", "1"])
         .output()

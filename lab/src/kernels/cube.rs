@@ -17,12 +17,14 @@
 //!   `s_ij = A_ij · cos(2π·|i−j|^α·P_ij)` on the raw `q`, `k` and differentiate it directly
 //!   (chain rule through `A` and `P`).
 //!
-//! Two layouts ([`CubeStrategy`]), both tested against the reference:
+//! Three layouts ([`CubeStrategy`]), all tested against the reference:
 //! - [`CubeStrategy::Rows`]: **one unit per query row** (forward, `dq`) or **one unit per key
 //!   row** (`dk`, `dv`), looping over the visible keys (queries) read from global memory;
 //! - [`CubeStrategy::Tiled`] (default): one cube per block of `tile` rows; the keys (queries) the
 //!   block needs are staged through shared memory one tile of `tile` rows at a time, so a cube
-//!   reads each row once instead of once per unit (tile ≤ 64 rows, ≤ 32 KiB of shared memory).
+//!   reads each row once instead of once per unit (tile ≤ 64 rows, ≤ 32 KiB of shared memory);
+//! - [`CubeStrategy::TiledSplit`]: `Tiled` with the key-side backward split into a `dv` and a `dk`
+//!   launch, fewer accumulators per unit at the price of computing the scores twice.
 //!
 //! Each unit keeps its row's accumulators in registers (`Array`s of comptime size) with an online
 //! softmax (running max `m`, running sum `l`). The forward saves `lse = m + ln l`; the backward
@@ -104,6 +106,50 @@ pub enum CubeStrategy {
         /// Rows per tile (= units per cube), or `None` for the automatic choice.
         tile: Option<usize>,
     },
+    /// [`CubeStrategy::Tiled`], except that the key-side backward runs as two launches of the
+    /// tiled `dk`/`dv` kernel, one writing `dv`, one writing `dk`, so that a unit holds `k̃_j` and
+    /// `dv_j` (`w + d` floats) in one and `k̃_j`, `v_j` and `dk̃_j` (`2w + d`) in the other instead
+    /// of all four (`2w + 2d`: 384 floats for PoPE at head_dim 64, past the 255 registers of an
+    /// NVIDIA thread). The scores are computed twice. A candidate for PoPE's slow backward on CUDA
+    /// (docs/performance.md, "GPU"); `lab bench attention --strategy tiled-split` times it.
+    TiledSplit {
+        /// Rows per tile (= units per cube), or `None` for the automatic choice.
+        tile: Option<usize>,
+    },
+}
+
+impl CubeStrategy {
+    /// `rows`, `tiled` or `tiled-split` (automatic tile; [`super::CUBE_STRATEGIES`]).
+    ///
+    /// # Errors
+    /// Any other name: one line listing the allowed ones.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "rows" => Ok(Self::Rows),
+            "tiled" => Ok(Self::Tiled { tile: None }),
+            "tiled-split" => Ok(Self::TiledSplit { tile: None }),
+            other => Err(format!(
+                "--strategy: unknown kernel layout `{other}` (allowed: {})",
+                super::CUBE_STRATEGIES.join(", ")
+            )),
+        }
+    }
+}
+
+/// The layout [`CubeAttentionParams::new`] uses (the model's fused attention): `Tiled` unless
+/// [`set_default_strategy`] changed it.
+static DEFAULT_STRATEGY: std::sync::RwLock<CubeStrategy> =
+    std::sync::RwLock::new(CubeStrategy::Tiled { tile: None });
+
+/// Make `strategy` the layout of every [`CubeAttentionParams::new`] from now on, in this process
+/// (`lab bench attention --strategy`; results agree to f32 rounding whatever the layout).
+pub fn set_default_strategy(strategy: CubeStrategy) {
+    *DEFAULT_STRATEGY.write().unwrap_or_else(|e| e.into_inner()) = strategy;
+}
+
+/// The layout [`CubeAttentionParams::new`] uses now.
+pub fn default_strategy() -> CubeStrategy {
+    *DEFAULT_STRATEGY.read().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Parameters of the fused attention (the encoding; positions are always `0..seq`).
@@ -116,11 +162,12 @@ pub struct CubeAttentionParams {
 }
 
 impl CubeAttentionParams {
-    /// `encoding` with the default (tiled, automatic tile) strategy.
+    /// `encoding` with the default strategy ([`default_strategy`]: tiled, automatic tile, unless
+    /// [`set_default_strategy`] changed it).
     pub fn new(encoding: CubeEncoding) -> Self {
         Self {
             encoding,
-            strategy: CubeStrategy::Tiled { tile: None },
+            strategy: default_strategy(),
         }
     }
 }
@@ -830,6 +877,8 @@ mod kernels {
         #[comptime] amp: usize,
         #[comptime] linear: bool,
         #[comptime] bn: usize,
+        #[comptime] with_dk: bool,
+        #[comptime] with_dv: bool,
     ) {
         let l = seq as usize;
         let t = UNIT_POS as usize;
@@ -838,6 +887,8 @@ mod kernels {
         let j = block * bn + t;
         let active = j < l;
         let r = base + j;
+        // `with_dk` / `with_dv` (comptime): which of `dk`, `dv` this launch writes; the state
+        // of the other is never touched, so the compiler drops it (CubeStrategy::TiledSplit).
         let mut kj = Array::<f32>::new(w);
         let mut gk = Array::<f32>::new(w);
         let mut vj = Array::<f32>::new(d);
@@ -845,21 +896,33 @@ mod kernels {
         #[unroll]
         for c in 0..w {
             kj[c] = 0.0f32;
-            gk[c] = 0.0f32;
         }
-        #[unroll]
-        for c in 0..d {
-            vj[c] = 0.0f32;
-            gv[c] = 0.0f32;
+        if with_dk {
+            #[unroll]
+            for c in 0..w {
+                gk[c] = 0.0f32;
+            }
+            #[unroll]
+            for c in 0..d {
+                vj[c] = 0.0f32;
+            }
+        }
+        if with_dv {
+            #[unroll]
+            for c in 0..d {
+                gv[c] = 0.0f32;
+            }
         }
         if active {
             #[unroll]
             for c in 0..w {
                 kj[c] = k[r * w + c];
             }
-            #[unroll]
-            for c in 0..d {
-                vj[c] = v[r * d + c];
+            if with_dk {
+                #[unroll]
+                for c in 0..d {
+                    vj[c] = v[r * d + c];
+                }
             }
         }
         let mut k_sum = 0.0f32;
@@ -903,27 +966,42 @@ mod kernels {
                     let ob = tq * d;
                     let lse_i = ls[tq];
                     let delta_i = dls[tq];
-                    let dp = dot_range(&vj, &dos, ob, 0usize, d);
-                    let p = add_score_grad(
-                        &mut gk, &kj, k_sum, &qs, qb, i, j, lse_i, dp, delta_i, scale, inv_sqrt_a,
-                        inv_sqrt_p, alpha, w, tapa, amp, linear,
-                    );
-                    #[unroll]
-                    for c in 0..d {
-                        gv[c] += p * dos[ob + c];
+                    let mut p = 0.0f32;
+                    if with_dk {
+                        let dp = dot_range(&vj, &dos, ob, 0usize, d);
+                        p += add_score_grad(
+                            &mut gk, &kj, k_sum, &qs, qb, i, j, lse_i, dp, delta_i, scale,
+                            inv_sqrt_a, inv_sqrt_p, alpha, w, tapa, amp, linear,
+                        );
+                    } else {
+                        let s = score(
+                            &kj, k_sum, &qs, qb, i, j, scale, inv_sqrt_a, inv_sqrt_p, alpha, w,
+                            tapa, amp, linear,
+                        );
+                        p += f32::exp(s - lse_i);
+                    }
+                    if with_dv {
+                        #[unroll]
+                        for c in 0..d {
+                            gv[c] += p * dos[ob + c];
+                        }
                     }
                 }
             }
             sync_cube();
         }
         if active {
-            #[unroll]
-            for c in 0..w {
-                dk[r * w + c] = gk[c];
+            if with_dk {
+                #[unroll]
+                for c in 0..w {
+                    dk[r * w + c] = gk[c];
+                }
             }
-            #[unroll]
-            for c in 0..d {
-                dv[r * d + c] = gv[c];
+            if with_dv {
+                #[unroll]
+                for c in 0..d {
+                    dv[r * d + c] = gv[c];
+                }
             }
         }
     }
@@ -1292,7 +1370,7 @@ fn transform(
 /// `None` for [`CubeStrategy::Rows`]; otherwise `(tile rows, cube count, cube dim)` of the
 /// tiled kernels: one cube per (block of `tile` rows, batch·head).
 fn tiling(strategy: &CubeStrategy, plan: &Plan) -> Option<(usize, CubeCount, CubeDim)> {
-    let CubeStrategy::Tiled { tile } = strategy else {
+    let (CubeStrategy::Tiled { tile } | CubeStrategy::TiledSplit { tile }) = strategy else {
         return None;
     };
     let bn = tile.unwrap_or_else(|| auto_tile(plan.w, plan.head_dim));
@@ -1522,30 +1600,39 @@ pub fn backward(
                 plan.linear,
                 bn,
             );
-            kernels::attn_bwd_dkdv_tiled::launch(
-                &client,
-                tcount,
-                tdim,
-                arg(&qt),
-                arg(&kt),
-                arg(&v),
-                arg(&dout),
-                arg(&lse),
-                arg(&delta),
-                arg(&dkt),
-                arg(&dv),
-                seq,
-                plan.scale,
-                plan.inv_sqrt_a,
-                plan.inv_sqrt_p,
-                plan.alpha,
-                plan.w,
-                d,
-                plan.tapa,
-                plan.amp,
-                plan.linear,
-                bn,
-            );
+            // Tiled: one launch writes both; TiledSplit: `dv`, then `dk` (the type's docs).
+            let parts: &[(bool, bool)] = match params.strategy {
+                CubeStrategy::TiledSplit { .. } => &[(false, true), (true, false)],
+                _ => &[(true, true)],
+            };
+            for &(with_dk, with_dv) in parts {
+                kernels::attn_bwd_dkdv_tiled::launch(
+                    &client,
+                    tcount.clone(),
+                    tdim,
+                    arg(&qt),
+                    arg(&kt),
+                    arg(&v),
+                    arg(&dout),
+                    arg(&lse),
+                    arg(&delta),
+                    arg(&dkt),
+                    arg(&dv),
+                    seq,
+                    plan.scale,
+                    plan.inv_sqrt_a,
+                    plan.inv_sqrt_p,
+                    plan.alpha,
+                    plan.w,
+                    d,
+                    plan.tapa,
+                    plan.amp,
+                    plan.linear,
+                    bn,
+                    with_dk,
+                    with_dv,
+                );
+            }
         }
     }
 

@@ -51,6 +51,44 @@ pub mod pointwise;
 
 pub use fused::positional_attention;
 
+/// The CubeCL kernel layouts [`set_cube_strategy`] accepts: `rows`, `tiled` (the default) and
+/// `tiled-split` (`cube::CubeStrategy`, features `wgpu` / `cuda`).
+pub const CUBE_STRATEGIES: [&str; 3] = ["rows", "tiled", "tiled-split"];
+
+/// Lay out every CubeCL attention call that follows in this process as `name` (one of
+/// [`CUBE_STRATEGIES`]; results agree to f32 rounding, only the time changes): `lab bench
+/// attention --strategy`. The Rust kernels of the CPU have one layout; there `tiled` is accepted
+/// as the no-op default.
+///
+/// # Errors
+/// An unknown name, or a layout other than `tiled` in a build without `wgpu` or `cuda`: one line.
+pub fn set_cube_strategy(name: &str) -> Result<(), String> {
+    if !CUBE_STRATEGIES.contains(&name) {
+        return Err(format!(
+            "--strategy: unknown kernel layout `{name}` (allowed: {})",
+            CUBE_STRATEGIES.join(", ")
+        ));
+    }
+    set_strategy_in_build(name)
+}
+
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn set_strategy_in_build(name: &str) -> Result<(), String> {
+    cube::set_default_strategy(cube::CubeStrategy::parse(name)?);
+    Ok(())
+}
+
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+fn set_strategy_in_build(name: &str) -> Result<(), String> {
+    if name == "tiled" {
+        Ok(())
+    } else {
+        Err(format!(
+            "--strategy {name}: a CubeCL kernel layout; this build has no CubeCL backend (cargo feature wgpu or cuda)"
+        ))
+    }
+}
+
 /// Whether `device` (autodiff or not) is burn-flex, the CPU backend of the Rust kernels in
 /// [`cpu`] and [`pointwise`]. The attention extension also has CubeCL implementations (features
 /// `wgpu`, `cuda`); the fused RMSNorm/GELU exist for flex only.
@@ -64,6 +102,25 @@ pub fn is_flex(device: &burn::tensor::Device) -> bool {
 #[cfg(test)]
 mod tests {
     use burn::tensor::Device;
+
+    /// Unknown layouts are refused by name; `tiled` (the default) is always accepted, and in a
+    /// build without CubeCL nothing else is.
+    #[test]
+    fn cube_strategy_names_are_checked() {
+        let err = super::set_cube_strategy("diagonal").unwrap_err();
+        assert!(
+            err.starts_with("--strategy: unknown kernel layout `diagonal`"),
+            "{err}"
+        );
+        assert!(err.contains("rows, tiled, tiled-split"), "{err}");
+        assert_eq!(super::set_cube_strategy("tiled"), Ok(()));
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        assert!(
+            super::set_cube_strategy("rows")
+                .unwrap_err()
+                .contains("no CubeCL backend")
+        );
+    }
 
     #[test]
     fn flex_is_recognised_through_autodiff() {

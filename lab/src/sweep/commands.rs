@@ -326,16 +326,11 @@ pub fn bench_train_step_json(
         .config;
     cfg.attention = attention;
     let total = warmup + steps;
-    let b = crate::train::bench_train_step(
-        &cfg,
-        warmup,
-        steps,
-        &backend.device()?,
-        &mut |s, ms| {
+    let b =
+        crate::train::bench_train_step(&cfg, warmup, steps, &backend.device()?, &mut |s, ms| {
             let kind = if s < warmup { "warm-up" } else { "timed" };
             eprintln!("train-step: step {}/{total} ({kind}) {ms:.1} ms", s + 1);
-        },
-    );
+        });
     Ok(serde_json::json!({
         "path": if fast { "fast" } else { "burn" },
         "ms_per_step": b.ms_per_step, "tokens_per_s": b.tokens_per_s,
