@@ -655,7 +655,7 @@ impl SelfcheckReport {
         }
         let mut s = format!(
             "selfcheck on {}: {} comparisons against burn's reference attention on the CPU\n\
-             {:<16} {:<36} {:>6} {:>11} {:>9}  result\n",
+             {:<18} {:<36} {:>6} {:>11} {:>9}  result\n",
             self.backend,
             self.checks.len(),
             "group",
@@ -666,7 +666,7 @@ impl SelfcheckReport {
         );
         for (group, case, n, diff, ratio, pass) in &rows {
             s += &format!(
-                "{group:<16} {case:<36} {n:>6} {diff:>11.2e} {ratio:>9.3}  {}\n",
+                "{group:<18} {case:<36} {n:>6} {diff:>11.2e} {ratio:>9.3}  {}\n",
                 if *pass { "pass" } else { "FAIL" }
             );
         }
