@@ -385,11 +385,12 @@ impl BenchCmd {
                     );
                 }
                 lab::kernels::set_cube_strategy(&strategy).map_err(anyhow::Error::msg)?;
-                let label: &'static str = match (backend, strategy.as_str()) {
-                    (Backend::Cpu, _) => "op",
-                    (_, "rows") => "rows",
-                    (_, "tiled-split") => "tiled-split",
-                    _ => "tiled",
+                let label: &'static str = match backend {
+                    Backend::Cpu => "op",
+                    _ => lab::kernels::CUBE_STRATEGIES
+                        .into_iter()
+                        .find(|n| *n == strategy)
+                        .unwrap_or("tiled"),
                 };
                 let encodings: Vec<&str> = encodings.split(',').map(str::trim).collect();
                 if let Some(bad) = encodings
@@ -495,7 +496,7 @@ pub enum BenchCmd {
         iters: u32,
         /// CubeCL kernel layout on wgpu/cuda: `tiled` (the model's default), `rows`, or
         /// `tiled-split` (the key-side backward in two launches, fewer registers per unit).
-        #[arg(long, default_value = "tiled", value_parser = ["rows", "tiled", "tiled-split"])]
+        #[arg(long, default_value = "tiled", value_parser = clap::builder::PossibleValuesParser::new(lab::kernels::CUBE_STRATEGIES))]
         strategy: String,
     },
 }
