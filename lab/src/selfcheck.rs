@@ -470,9 +470,9 @@ pub fn extension_checks(device: &Device) -> Vec<Check> {
     checks
 }
 
-/// Groups `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split`: the CubeCL forward and backward
-/// called directly with each launch layout, on a `wgpu` or `cuda` `device` (plain), every case at
-/// every shape (module docs).
+/// Groups `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split`: the CubeCL
+/// forward and backward called directly with each launch layout, on a `wgpu` or `cuda` `device`
+/// (plain), every case at every shape (module docs).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub fn cube_kernel_checks(device: &Device) -> Vec<Check> {
     use crate::kernels::cube::{self, CubeAttentionParams, CubeStrategy};

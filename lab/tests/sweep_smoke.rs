@@ -512,37 +512,31 @@ fn bench_attention_prints_one_line_per_case() {
         assert_eq!(v["strategy"], "op");
         assert!(v["fwd_ms"].as_f64().unwrap() > 0.0 && v["fwd_bwd_ms"].as_f64().unwrap() > 0.0);
     }
-    // A CubeCL layout on the CPU is refused in one line, before any timing.
-    let o = lab()
-        .args([
+    // A CubeCL layout on the CPU, and an unknown encoding, are refused in one line before any timing.
+    refused_in_one_line(
+        &[
             "bench",
             "attention",
             "--strategy",
             "tiled-split",
             "--iters",
             "1",
-        ])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
-    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
-    assert!(
-        stderr
-            .contains("--strategy tiled-split: a CubeCL kernel layout, for --backend wgpu or cuda"),
-        "{stderr}"
+        ],
+        "--strategy tiled-split: a CubeCL kernel layout, for --backend wgpu or cuda",
     );
-    let o = lab()
-        .args(["bench", "attention", "--encodings", "alibi", "--iters", "1"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
-    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
-    assert!(
-        stderr.contains("unknown encoding `alibi` (allowed: nope, rope, pope, tapa, tapa-linear)"),
-        "{stderr}"
+    refused_in_one_line(
+        &["bench", "attention", "--encodings", "alibi", "--iters", "1"],
+        "unknown encoding `alibi` (allowed: nope, rope, pope, tapa, tapa-linear)",
     );
+}
+
+/// `lab args` fails with exactly one stderr line, which contains `message`.
+fn refused_in_one_line(args: &[&str], message: &str) {
+    let o = lab().args(args).output().unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{args:?} succeeded");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains(message), "{stderr}");
 }
 
 /// `lab selfcheck` on the CPU: every check passes, exit status 0, the summary line last.
