@@ -233,7 +233,7 @@ pub struct RunConfig {
     /// Width of the causal depthwise convolution before each attention ("Canon-A",
     /// [`crate::model::Block::canon`]): every position adds a learned, per-channel mix of its
     /// normalised input and the `canon_len − 1` before it. 0 (default, not serialised) = none.
-    /// Needs `attention = "fused"` or `"reference"` (the fast path has no canon layer).
+    /// Every attention implementation has it (the fast path since 2026-12-04).
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub canon_len: usize,
 }
@@ -354,13 +354,6 @@ impl RunConfig {
             .map_err(|(field, value, allowed)| ConfigError::new(field, value, allowed))?;
         range("nope_every", self.nope_every, 0, self.n_layers)?;
         range("canon_len", self.canon_len, 0, crate::model::MAX_CANON_LEN)?;
-        if self.canon_len > 0 && self.attention == AttentionKernel::Fast {
-            return Err(ConfigError::new(
-                "canon_len",
-                self.canon_len,
-                "must be 0 with attention = \"fast\" (the fast path has no canon layer; use attention = \"fused\")",
-            ));
-        }
         range("answer_curve", self.answer_curve, 0, 1024)?;
         if self.answer_curve > 0 && self.task.kind() != TaskKind::Igsm {
             return Err(ConfigError::new(

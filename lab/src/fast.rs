@@ -41,6 +41,9 @@ use crate::model::{ModelConfig, PositionalAttention, Transformer};
 pub struct BlockWeights {
     /// Attention RMSNorm gain `[d]`.
     pub attn_norm: Vec<f32>,
+    /// Canon layer `[canon_len, d]` ([`crate::model::Block::canon`]: the normalised input `h`
+    /// becomes `h_t + Σ_j w_j ⊙ h_{t−j}` within each sequence before q, k, v), `None` without one.
+    pub canon: Option<Vec<f32>>,
     /// `[d, d]` each.
     pub wq: Vec<f32>,
     /// See `wq`.
@@ -109,10 +112,6 @@ fn host2(t: burn::tensor::Tensor<2>) -> Vec<f32> {
 impl FastModel {
     /// The weights of a burn model (any device: they are copied to the host).
     pub fn from_burn(model: &Transformer, config: &ModelConfig) -> Self {
-        assert!(
-            model.blocks.iter().all(|b| b.canon.is_none()),
-            "the fast path has no canon layer (RunConfig::validate refuses canon_len > 0 with it)"
-        );
         let blocks = model
             .blocks
             .iter()
@@ -120,6 +119,7 @@ impl FastModel {
                 let (encoding, delta) = b.positional.kernel_encoding();
                 BlockWeights {
                     attn_norm: host(b.attn_norm.val()),
+                    canon: b.canon.as_ref().map(|w| host2(w.val())),
                     wq: host2(b.wq.val()),
                     wk: host2(b.wk.val()),
                     wv: host2(b.wv.val()),
@@ -158,6 +158,9 @@ impl FastModel {
         model.token_embedding = p2(&self.token_embedding, [v, d]);
         for (b, w) in model.blocks.iter_mut().zip(&self.blocks) {
             b.attn_norm = p1(&w.attn_norm);
+            if let Some(c) = &w.canon {
+                b.canon = Some(p2(c, [c.len() / d, d]));
+            }
             b.wq = p2(&w.wq, [d, d]);
             b.wk = p2(&w.wk, [d, d]);
             b.wv = p2(&w.wv, [d, d]);
@@ -175,10 +178,14 @@ impl FastModel {
     }
 
     /// Every parameter buffer in a fixed order, with whether it is a matrix (AdamW decays
-    /// matrices only, as [`crate::train::AdamW`] does for tensors of rank ≥ 2).
+    /// matrices only, as [`crate::train::AdamW`] does for tensors of rank ≥ 2; a canon layer's
+    /// `[canon_len, d]` is one).
     pub fn params(&self) -> Vec<(&[f32], bool)> {
         let mut out: Vec<(&[f32], bool)> = vec![(&self.token_embedding, true)];
         for b in &self.blocks {
+            if let Some(c) = &b.canon {
+                out.push((c, true));
+            }
             out.extend([
                 (&b.attn_norm[..], false),
                 (&b.wq[..], true),
@@ -202,6 +209,9 @@ impl FastModel {
     pub fn params_mut(&mut self) -> Vec<(&mut [f32], bool)> {
         let mut out: Vec<(&mut [f32], bool)> = vec![(&mut self.token_embedding, true)];
         for b in &mut self.blocks {
+            if let Some(c) = &mut b.canon {
+                out.push((c, true));
+            }
             out.extend([
                 (&mut b.attn_norm[..], false),
                 (&mut b.wq[..], true),
@@ -243,6 +253,7 @@ impl FastModel {
                 .iter()
                 .map(|b| BlockWeights {
                     attn_norm: z(&b.attn_norm),
+                    canon: b.canon.as_ref().map(z),
                     wq: z(&b.wq),
                     wk: z(&b.wk),
                     wv: z(&b.wv),
@@ -304,6 +315,89 @@ impl FastModel {
         }
     }
 
+    /// [`FastModel::forward_backward`]'s loss and gradients with each sequence cut after its last
+    /// scored position, for right-padded tasks (iGSM: a problem and its solution, then `PAD`).
+    ///
+    /// Attention is causal and every other layer acts on one position, so positions after a
+    /// sequence's last scored one change neither its loss nor any gradient: they are dropped.
+    /// The sequences are sorted by that length (ties by index) and cut into groups of
+    /// [`TRIM_GROUP`]; each group is one pass padded to its longest member, so a batch that
+    /// mixes short and long problems costs the sum of the groups' lengths instead of `batch ·
+    /// seq`. The groups are dealt to two rayon tasks (longest first, each to the task with less
+    /// work so far) and their gradients summed in that fixed order, so the bits depend on the
+    /// batch alone, not on the number of threads. Same maths as the padded pass; the sums run in
+    /// another order (f32 round-off; `tests/fast_path.rs` checks them against each other).
+    ///
+    /// When trimming would save less than a tenth of the positions (tasks whose every position
+    /// is scored) this is [`FastModel::forward_backward`] itself, logits included; otherwise
+    /// `logits` is empty.
+    ///
+    /// # Panics
+    /// As [`FastModel::forward_backward`].
+    pub fn forward_backward_trimmed(
+        &self,
+        tokens: &[usize],
+        targets: &[usize],
+        mask: &[f32],
+        batch: usize,
+        seq: usize,
+    ) -> StepOutput {
+        let n = batch * seq;
+        assert!(tokens.len() == n && targets.len() == n && mask.len() == n);
+        let groups = trim_plan(mask, batch, seq);
+        let kept: usize = groups.iter().map(|g| g.rows.len() * g.len).sum();
+        if kept * 10 > n * 9 {
+            return self.forward_backward(tokens, targets, mask, batch, seq);
+        }
+        let n_scored = mask.iter().sum::<f32>().max(1.0);
+        // Deal the groups, longest first, to the task with less work so far.
+        let (mut first, mut second) = (Vec::new(), Vec::new());
+        let (mut w1, mut w2) = (0usize, 0usize);
+        for g in groups.iter().rev() {
+            let w = g.rows.len() * g.len;
+            if w1 <= w2 {
+                first.push(g);
+                w1 += w;
+            } else {
+                second.push(g);
+                w2 += w;
+            }
+        }
+        let run = |part: &[&TrimGroup]| -> Option<StepOutput> {
+            let mut acc: Option<StepOutput> = None;
+            for g in part {
+                let (mut t, mut y, mut m) = (Vec::new(), Vec::new(), Vec::new());
+                for &b in &g.rows {
+                    let r = b * seq..b * seq + g.len;
+                    t.extend_from_slice(&tokens[r.clone()]);
+                    y.extend_from_slice(&targets[r.clone()]);
+                    m.extend_from_slice(&mask[r]);
+                }
+                let out = self.half_pass(&t, &y, &m, g.rows.len(), g.len, n_scored);
+                acc = Some(match acc {
+                    None => out,
+                    Some(mut a) => {
+                        merge_into(&mut a, &out);
+                        a
+                    }
+                });
+            }
+            acc
+        };
+        let (a, b) = rayon::join(|| run(&first), || run(&second));
+        let mut out = match (a, b) {
+            (Some(mut a), Some(b)) => {
+                merge_into(&mut a, &b);
+                a
+            }
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => unreachable!("a batch with scored positions has a group"),
+        };
+        out.logits = Vec::new();
+        out.loss /= n_scored as f64;
+        out
+    }
+
     /// [`FastModel::forward_backward`] of `batch` sequences, with every gradient over the whole
     /// batch's `n_scored` positions; `loss` is the *sum* of the scored positions' losses.
     fn half_pass(
@@ -330,6 +424,9 @@ impl FastModel {
         struct Saved {
             x: Vec<f32>,
             r1: Vec<f32>,
+            // The normalised input before the canon layer (only with one).
+            hn: Option<Vec<f32>>,
+            // The input of wq, wk, wv.
             h1: Vec<f32>,
             q: Vec<f32>,
             k: Vec<f32>,
@@ -350,6 +447,10 @@ impl FastModel {
         let mut saved = Vec::with_capacity(self.blocks.len());
         for b in &self.blocks {
             let (h1, r1) = rms_norm_forward(&x, &b.attn_norm);
+            let (h1, hn) = match &b.canon {
+                Some(w) => (canon_forward(&h1, w, batch, seq, d), Some(h1)),
+                None => (h1, None),
+            };
             let q = to_heads(&matmul(&h1, &b.wq, n, d, d), shape);
             let k = to_heads(&matmul(&h1, &b.wk, n, d, d), shape);
             let vv = to_heads(&matmul(&h1, &b.wv, n, d, d), shape);
@@ -365,6 +466,7 @@ impl FastModel {
             saved.push(Saved {
                 x: std::mem::replace(&mut x, x2),
                 r1,
+                hn,
                 h1,
                 q,
                 k,
@@ -459,6 +561,11 @@ impl FastModel {
             let mut dh1 = matmul_nt(&dq, &b.wq, n, d, d);
             matmul_nt_acc(&dk, &b.wk, n, d, d, &mut dh1);
             matmul_nt_acc(&dv, &b.wv, n, d, d, &mut dh1);
+            if let (Some(w), Some(hn)) = (&b.canon, &s.hn) {
+                let (dh, dw) = canon_backward(hn, w, &dh1, batch, seq, d);
+                dh1 = dh;
+                g.canon = Some(dw);
+            }
             let (dxn, dg1) = rms_norm_backward(&s.x, &b.attn_norm, &s.r1, &dh1);
             g.attn_norm = dg1;
             add_into(&mut dx1, &dxn);
@@ -547,6 +654,99 @@ pub fn global_grad_norm(grads: &FastGrads) -> f64 {
         .map(|&x| (x as f64) * (x as f64))
         .sum::<f64>()
         .sqrt()
+}
+
+/// Sequences per group of [`FastModel::forward_backward_trimmed`]: small enough that a batch of
+/// 32 mixing four problem sizes pads each group to about its own size, large enough for the
+/// matrix products to stay efficient (`lab bench train-step`; docs/performance.md).
+pub const TRIM_GROUP: usize = 4;
+
+/// One group of [`FastModel::forward_backward_trimmed`]: sequence indices and the length they
+/// are cut to.
+#[derive(Clone, Debug, PartialEq)]
+struct TrimGroup {
+    rows: Vec<usize>,
+    len: usize,
+}
+
+/// The groups of [`FastModel::forward_backward_trimmed`]: sequences with a scored position,
+/// sorted by their last scored position + 1 (ties by index), cut into [`TRIM_GROUP`]s, each
+/// group's `len` its longest member's.
+fn trim_plan(mask: &[f32], batch: usize, seq: usize) -> Vec<TrimGroup> {
+    let mut lens: Vec<(usize, usize)> = (0..batch)
+        .filter_map(|b| {
+            let m = &mask[b * seq..(b + 1) * seq];
+            m.iter().rposition(|&x| x != 0.0).map(|t| (t + 1, b))
+        })
+        .collect();
+    lens.sort_unstable();
+    lens.chunks(TRIM_GROUP)
+        .map(|c| TrimGroup {
+            rows: c.iter().map(|&(_, b)| b).collect(),
+            len: c.iter().map(|&(l, _)| l).max().unwrap_or(0),
+        })
+        .collect()
+}
+
+/// `acc += x` for the loss sum, the count of correct positions and every gradient.
+fn merge_into(acc: &mut StepOutput, x: &StepOutput) {
+    acc.loss += x.loss;
+    acc.correct += x.correct;
+    for ((ga, _), (gb, _)) in acc.grads.params_mut().into_iter().zip(x.grads.params()) {
+        add_into(ga, gb);
+    }
+}
+
+/// The canon layer's forward ([`crate::model::canon_conv`]): `h` `[batch · seq, d]` rows,
+/// `w` `[len, d]` → `out_t = h_t + Σ_{j < len, j ≤ t} w_j ⊙ h_{t−j}` within each sequence.
+fn canon_forward(h: &[f32], w: &[f32], batch: usize, seq: usize, d: usize) -> Vec<f32> {
+    let len = w.len() / d;
+    let mut out = h.to_vec();
+    for b in 0..batch {
+        for t in 0..seq {
+            let row = (b * seq + t) * d;
+            for j in 0..len.min(t + 1) {
+                let (src, wj) = (&h[row - j * d..][..d], &w[j * d..][..d]);
+                for ((o, &x), &c) in out[row..row + d].iter_mut().zip(src).zip(wj) {
+                    *o += c * x;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The canon layer's backward: from `dout` (`[batch · seq, d]`), `(dh, dw)` with
+/// `dh_s = dout_s + Σ_{j < len, s + j < seq} w_j ⊙ dout_{s+j}` and
+/// `dw_j = Σ_{b, t ≥ j} dout_t ⊙ h_{t−j}`.
+fn canon_backward(
+    h: &[f32],
+    w: &[f32],
+    dout: &[f32],
+    batch: usize,
+    seq: usize,
+    d: usize,
+) -> (Vec<f32>, Vec<f32>) {
+    let len = w.len() / d;
+    let mut dh = dout.to_vec();
+    let mut dw = vec![0.0f32; w.len()];
+    for b in 0..batch {
+        for t in 0..seq {
+            let row = (b * seq + t) * d;
+            let g = &dout[row..row + d];
+            for j in 0..len.min(t + 1) {
+                let src = row - j * d;
+                let wj = &w[j * d..][..d];
+                for ((x, &gi), &c) in dh[src..src + d].iter_mut().zip(g).zip(wj) {
+                    *x += c * gi;
+                }
+                for ((a, &gi), &x) in dw[j * d..][..d].iter_mut().zip(g).zip(&h[src..src + d]) {
+                    *a += gi * x;
+                }
+            }
+        }
+    }
+    (dh, dw)
 }
 
 fn add_into(acc: &mut [f32], x: &[f32]) {

@@ -509,7 +509,10 @@ pub fn fast_train_step(
     // The whole pass on one of rayon's workers: the kernels' parallel loops then split work
     // among the workers instead of each being sent to the pool from outside and waited for
     // (a futex sleep and wake per loop).
-    let out = rayon::scope(|_| model.forward_backward(&tokens, &targets, &mask, batch, seq));
+    // Right-padded tasks (iGSM) drop what follows each sequence's last scored position
+    // ([`FastModel::forward_backward_trimmed`]); the others run the whole batch.
+    let out =
+        rayon::scope(|_| model.forward_backward_trimmed(&tokens, &targets, &mask, batch, seq));
     if !out.loss.is_finite() {
         return Err(format!("non-finite training loss ({})", out.loss));
     }

@@ -50,8 +50,20 @@ fn grad<const D: usize>(p: &Param<Tensor<D>>, g: &burn::tensor::Gradients) -> Ve
 
 fn check(what: &str, cfg: &ModelConfig, batch: usize, seq: usize) {
     let device = Device::flex().autodiff();
-    let model: Transformer = cfg.init(5, &device);
+    let mut model: Transformer = cfg.init(5, &device);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+    // Canon layers start at zero; seeded weights so their input gradient is exercised too.
+    for b in &mut model.blocks {
+        if b.canon.is_some() {
+            let w: Vec<f32> = (0..cfg.canon_len * cfg.d_model)
+                .map(|_| rng.random_range(-0.5..0.5))
+                .collect();
+            b.canon = Some(Param::from_tensor(
+                Tensor::from_data(TensorData::new(w, [cfg.canon_len, cfg.d_model]), &device)
+                    .require_grad(),
+            ));
+        }
+    }
     let n = batch * seq;
     let v = cfg.vocab_size;
     let tokens: Vec<usize> = (0..n).map(|_| rng.random_range(0..v)).collect();
@@ -102,6 +114,11 @@ fn check(what: &str, cfg: &ModelConfig, batch: usize, seq: usize) {
         &format!("{what} d/dlm_head"),
     );
     for (l, (fb, bb)) in gr.blocks.iter().zip(&model.blocks).enumerate() {
+        match (&bb.canon, &fb.canon) {
+            (Some(w), Some(dw)) => close(dw, &grad(w, &g), &format!("{what} d/dblocks[{l}].canon")),
+            (None, None) => {}
+            _ => panic!("{what}: canon layer on one side only"),
+        }
         let BlockWeights {
             attn_norm,
             wq,
@@ -166,7 +183,7 @@ fn small_run() -> serde_json::Value {
 
 #[test]
 fn fast_path_matches_burn_for_every_encoding() {
-    let cases: Vec<(&str, ModelConfig)> = vec![
+    let mut cases: Vec<(&str, ModelConfig)> = vec![
         (
             "nope",
             config(Encoding::Nope.into(), PairLayout::Adjacent, 0),
@@ -224,6 +241,9 @@ fn fast_path_matches_burn_for_every_encoding() {
             config(Encoding::Rope.into(), PairLayout::Adjacent, 2),
         ),
     ];
+    let mut canon = config(Encoding::Rope.into(), PairLayout::Adjacent, 0);
+    canon.canon_len = 3;
+    cases.push(("rope, canon layers of width 3", canon));
     for (what, cfg) in &cases {
         check(what, cfg, 2, 9);
     }
@@ -314,6 +334,69 @@ fn fast_path_gives_the_same_bits_on_one_and_two_threads() {
     }
 }
 
+/// Right-padded sequences (scored up to a length, then nothing, as iGSM's solutions): the
+/// trimmed pass (`forward_backward_trimmed`: each sequence cut after its last scored position,
+/// groups of 4 by length) gives the padded pass's loss, accuracy and gradients to round-off,
+/// with canon layers (which look back, never ahead); the same bits on one and two threads; and
+/// when every position is scored it is the padded pass itself, bit for bit.
+#[test]
+fn trimmed_pass_matches_the_padded_pass() {
+    let mut cfg = config(Encoding::Rope.into(), PairLayout::Adjacent, 0);
+    cfg.canon_len = 3;
+    let mut model: Transformer = cfg.init(4, &Device::flex());
+    for b in &mut model.blocks {
+        let w: Vec<f32> = (0..3 * cfg.d_model)
+            .map(|i| ((i % 7) as f32 - 3.0) * 0.1)
+            .collect();
+        b.canon = Some(Param::from_data(
+            TensorData::new(w, [3, cfg.d_model]),
+            &Device::flex(),
+        ));
+    }
+    let fast = FastModel::from_burn(&model, &cfg);
+    // 11 sequences (groups of 4, 4 and 3), scored from position 2 up to a length in 5..=40; one
+    // sequence scores nothing.
+    let (batch, seq) = (11, 40);
+    let lens = [40, 5, 17, 33, 9, 0, 26, 12, 38, 21, 7];
+    let tokens: Vec<usize> = (0..batch * seq).map(|i| (i * 7 + 3) % 13).collect();
+    let targets: Vec<usize> = (0..batch * seq).map(|i| (i * 5 + 1) % 13).collect();
+    let mask: Vec<f32> = (0..batch * seq)
+        .map(|i| f32::from((2..lens[i / seq]).contains(&(i % seq))))
+        .collect();
+    let padded = fast.forward_backward(&tokens, &targets, &mask, batch, seq);
+    let trimmed = fast.forward_backward_trimmed(&tokens, &targets, &mask, batch, seq);
+    assert!(
+        (trimmed.loss - padded.loss).abs() <= 1e-6 * padded.loss,
+        "loss {} vs {}",
+        trimmed.loss,
+        padded.loss
+    );
+    assert_eq!(trimmed.correct, padded.correct);
+    assert!(trimmed.logits.is_empty());
+    let (t, p) = (trimmed.grads.params(), padded.grads.params());
+    assert_eq!(t.len(), p.len());
+    for (i, ((a, _), (b, _))) in t.iter().zip(&p).enumerate() {
+        close(a, b, &format!("trimmed gradient {i}"));
+    }
+    let on = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| fast.forward_backward_trimmed(&tokens, &targets, &mask, batch, seq))
+    };
+    let (one, two) = (on(1), on(2));
+    assert_eq!(one.loss.to_bits(), two.loss.to_bits());
+    assert_eq!(one.grads, two.grads);
+    // Every position scored: nothing to trim, the padded pass's bits and logits.
+    let full = vec![1.0f32; batch * seq];
+    let a = fast.forward_backward(&tokens, &targets, &full, batch, seq);
+    let b = fast.forward_backward_trimmed(&tokens, &targets, &full, batch, seq);
+    assert_eq!(a.loss.to_bits(), b.loss.to_bits());
+    assert_eq!(a.grads, b.grads);
+    assert_eq!(a.logits, b.logits);
+}
+
 /// Ten training steps of the block-width quick model's shape (smaller: d = 32) through the fast
 /// path and through burn (`lab::train::train_step`) from the same initial weights and batches:
 /// the same losses and gradient norms step by step, and the same final parameters. AdamW divides
@@ -334,45 +417,74 @@ fn ten_training_steps_match_burn() {
         let mut cfg = lab::config::from_flat_json(v).unwrap();
         cfg.encoding = encoding;
         cfg.validate().unwrap();
-        let device = Device::flex().autodiff();
-        let mcfg = cfg.model();
-        let mut model = mcfg.init(cfg.seed, &device);
-        let mut fast = FastModel::from_burn(&model, &mcfg);
-        let mut opt = lab::train::AdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
-        let mut fopt =
-            lab::fast::FastAdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
-        for step in 0..cfg.steps {
-            let ex = cfg.train_batch(step).unwrap();
-            let (next, r) = lab::train::train_step(model, &mut opt, &cfg, step, &ex, &device);
-            model = next;
-            let r = r.unwrap();
-            let f = lab::train::fast_train_step(&mut fast, &mut fopt, &cfg, step, &ex).unwrap();
-            let what = format!("{} step {step}", cfg.encoding.name());
-            assert!(
-                (f.loss - r.loss).abs() <= 1e-4 * r.loss,
-                "{what}: loss {} vs {}",
-                f.loss,
-                r.loss
-            );
-            assert!(
-                (f.grad_norm - r.grad_norm).abs() <= 1e-4 * r.grad_norm,
-                "{what}: grad norm {} vs {}",
-                f.grad_norm,
-                r.grad_norm
-            );
-            assert_eq!(
-                (f.correct, f.n_scored, f.lr),
-                (r.correct, r.n_scored, r.lr),
-                "{what}"
-            );
-        }
-        let after = FastModel::from_burn(&model, &mcfg);
-        close_params(
-            &fast,
-            &after,
-            &format!("{} after 10 steps", cfg.encoding.name()),
+        steps_match_burn(&cfg);
+    }
+}
+
+/// The same on iGSM with canon layers: right-padded problems of 1..3 operations (the fast step
+/// trims each after its solution, `forward_backward_trimmed`) and a canon layer of width 4.
+#[test]
+fn ten_igsm_steps_with_canon_layers_match_burn() {
+    let mut v = small_run();
+    for key in ["variant", "block_len", "noise"] {
+        v.as_object_mut().unwrap().remove(key);
+    }
+    v["task"] = "igsm".into();
+    v["vocab_size"] = 72.into();
+    v["ops"] = 3.into();
+    v["min_ops"] = 1.into();
+    v["distractors"] = 0.into();
+    v["seq_len"] = 112.into();
+    v["batch_size"] = 12.into();
+    v["canon_len"] = 4.into();
+    v["attention"] = "fast".into();
+    v["steps"] = 10.into();
+    v["eval_every"] = 10.into();
+    let cfg = lab::config::from_flat_json(v).unwrap();
+    cfg.validate().unwrap();
+    steps_match_burn(&cfg);
+}
+
+/// Train `cfg` for its steps through the fast path and through burn from the same initial weights
+/// and batches; compare step by step and at the end.
+fn steps_match_burn(cfg: &lab::config::RunConfig) {
+    let device = Device::flex().autodiff();
+    let mcfg = cfg.model();
+    let mut model = mcfg.init(cfg.seed, &device);
+    let mut fast = FastModel::from_burn(&model, &mcfg);
+    let mut opt = lab::train::AdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
+    let mut fopt = lab::fast::FastAdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
+    for step in 0..cfg.steps {
+        let ex = cfg.train_batch(step).unwrap();
+        let (next, r) = lab::train::train_step(model, &mut opt, cfg, step, &ex, &device);
+        model = next;
+        let r = r.unwrap();
+        let f = lab::train::fast_train_step(&mut fast, &mut fopt, cfg, step, &ex).unwrap();
+        let what = format!("{} step {step}", cfg.encoding.name());
+        assert!(
+            (f.loss - r.loss).abs() <= 1e-4 * r.loss,
+            "{what}: loss {} vs {}",
+            f.loss,
+            r.loss
+        );
+        assert!(
+            (f.grad_norm - r.grad_norm).abs() <= 1e-4 * r.grad_norm,
+            "{what}: grad norm {} vs {}",
+            f.grad_norm,
+            r.grad_norm
+        );
+        assert_eq!(
+            (f.correct, f.n_scored, f.lr),
+            (r.correct, r.n_scored, r.lr),
+            "{what}"
         );
     }
+    let after = FastModel::from_burn(&model, &mcfg);
+    close_params(
+        &fast,
+        &after,
+        &format!("{} after {} steps", cfg.encoding.name(), cfg.steps),
+    );
 }
 
 /// A run with `attention = "fast"` trains on the fast path and evaluates through burn: its
