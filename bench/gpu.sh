@@ -18,7 +18,7 @@
 #   (cubecl-llvm downloads its LLVM bundle on the first build), and also runs the cube_bench example.
 # Either needs a CUDA driver (cubecl-cuda loads it and NVRTC at run time) and a CUDA build of
 # PyTorch >= 2.5 (FlexAttention) for the baselines. Writes into $OUT (default results/bench/gpu):
-# gpu.txt, ldd.txt, selfcheck.txt, cube.jsonl, cube-split.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
+# gpu.txt, ldd.txt, selfcheck.txt, cube.jsonl, cube-split.jsonl, cube-cmma.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
 # train-step-lab.json, train-step-lab.log, train-step-torch.jsonl, cubecl-compile.log, cubecl-autotune.log, indirect-full.log (+ indirect-full/).
 #
 # Order (2026-12-04, after the first GPU run): what was never measured comes first, each step under its own limit
@@ -32,6 +32,7 @@
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
 # TRAIN_S, TRAIN_STEPS (10), FLEX_SEQS, FLEX_DTYPES, FLEX_S, SELFCHECK (1), SDPA_S (60), ATTN_S (90),
 # SPLIT_S (60) and SPLIT_ENCODINGS (nope,pope,tapa: the op again with --strategy tiled-split, into cube-split.jsonl),
+# CMMA_S (45) and CMMA_ENCODINGS (nope,rope,pope: the op again with --strategy cmma, into cube-cmma.jsonl),
 # BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine), INDIRECT_S (seconds of indirect-indexing `full`, 45),
 # INDIRECT_JOBS (its runs at once on the GPU, 1), SWEEP_S and SWEEP_JOBS (the default block-width sweep with that many
 # run processes sharing the GPU, for runs/hour: 45 s, 4).
@@ -62,6 +63,8 @@ SDPA_S=${SDPA_S:-60}
 ATTN_S=${ATTN_S:-90}
 SPLIT_S=${SPLIT_S:-60}
 SPLIT_ENCODINGS=${SPLIT_ENCODINGS:-nope,pope,tapa}
+CMMA_S=${CMMA_S:-45}
+CMMA_ENCODINGS=${CMMA_ENCODINGS:-nope,rope,pope}
 SELFCHECK=${SELFCHECK:-1}
 T0=$(date +%s)
 section() { echo "== [$(date -u +%H:%M:%S), +$(( $(date +%s) - T0 )) s] $*"; }
@@ -143,6 +146,11 @@ if [[ $CARGO_ROUTE == 0 ]]; then
     section "the same op with --strategy tiled-split ($SPLIT_ENCODINGS; at most $SPLIT_S s)"
     timeout "$SPLIT_S" "$LAB" bench attention --backend "$BACKEND" --encodings "$SPLIT_ENCODINGS" --strategy tiled-split \
         "${shape[@]}" > "$OUT/cube-split.jsonl" || echo "lab bench attention --strategy tiled-split stopped (exit $?)"
+    # The forward on tensor cores (issue 20, item 4): f16 operands where the device has cmma, `dtype` says
+    # where it ran (f16-f32acc); the backward stays the tiled f32 one.
+    section "the same op with --strategy cmma ($CMMA_ENCODINGS; at most $CMMA_S s)"
+    timeout "$CMMA_S" "$LAB" bench attention --backend "$BACKEND" --encodings "$CMMA_ENCODINGS" --strategy cmma \
+        "${shape[@]}" > "$OUT/cube-cmma.jsonl" || echo "lab bench attention --strategy cmma stopped (exit $?)"
 fi
 
 rm -f "$OUT/torch.jsonl"

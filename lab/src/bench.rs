@@ -27,10 +27,11 @@ pub struct AttentionBench {
     /// `cpu`, `wgpu` or `cuda`.
     pub backend: String,
     /// `op`: the model's fused op on the CPU; on `wgpu`/`cuda` the CubeCL launch layout it ran
-    /// with (`tiled`, the model's default, `rows` or `tiled-split`; `lab bench attention
+    /// with (`tiled`, the model's default, `rows`, `tiled-split` or `cmma`; `lab bench attention
     /// --strategy`).
     pub strategy: &'static str,
-    /// Always `f32`.
+    /// `f32`, or `f16-f32acc` where the `cmma` layout ran the forward on tensor cores (f16
+    /// operands, f32 accumulation; the backward is f32).
     pub dtype: &'static str,
     /// Shape `[batch, heads, seq, head_dim]` of q, k, v.
     pub batch: usize,

@@ -415,8 +415,16 @@ impl BenchCmd {
                             iters as usize,
                         )
                         .map_err(anyhow::Error::msg)?;
+                        // `cmma` runs the forward on tensor cores where it applies: f16 operands.
+                        let tensor_cores = strategy == "cmma"
+                            && lab::kernels::cmma_forward_applies(
+                                &device,
+                                enc.starts_with("tapa"),
+                                head_dim as usize,
+                            );
                         let r = lab::bench::AttentionBench {
                             strategy: label,
+                            dtype: if tensor_cores { "f16-f32acc" } else { r.dtype },
                             ..r
                         };
                         eprintln!(
@@ -467,7 +475,7 @@ pub enum BenchCmd {
     /// over `--iters` synced calls, one JSON line per (seq, encoding): the Rust kernels on `cpu`,
     /// the CubeCL kernels on `wgpu` / `cuda`. Shape `[batch, heads, seq, head_dim]`, f32.
     #[command(
-        after_help = "Examples:\n  lab bench attention --seq 256,1024 --encodings rope,pope\n  lab bench attention --backend cuda --seq 1024,4096,16384 --batch 4 --heads 8 --head-dim 64\n  lab bench attention --backend cuda --seq 4096 --encodings nope,pope --strategy tiled-split"
+        after_help = "Examples:\n  lab bench attention --seq 256,1024 --encodings rope,pope\n  lab bench attention --backend cuda --seq 1024,4096,16384 --batch 4 --heads 8 --head-dim 64\n  lab bench attention --backend cuda --seq 4096 --encodings nope,pope --strategy tiled-split\n  lab bench attention --backend cuda --seq 1024,4096,16384 --encodings nope,rope,pope --strategy cmma"
     )]
     Attention {
         /// Compute backend (`wgpu` and `cuda` need the cargo features of the same names).
@@ -494,8 +502,10 @@ pub enum BenchCmd {
         /// Timed calls (1..=10000); the median is reported.
         #[arg(long, allow_negative_numbers = true, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         iters: u32,
-        /// CubeCL kernel layout on wgpu/cuda: `tiled` (the model's default), `rows`, or
-        /// `tiled-split` (the key-side backward in two launches, fewer registers per unit).
+        /// CubeCL kernel layout on wgpu/cuda: `tiled` (the model's default), `rows`,
+        /// `tiled-split` (the key-side backward in two launches, fewer registers per unit), or
+        /// `cmma` (the forward on tensor cores, f16 operands, where the device has them; `dtype`
+        /// in the output says where it ran).
         #[arg(long, default_value = "tiled", value_parser = clap::builder::PossibleValuesParser::new(lab::kernels::CUBE_STRATEGIES))]
         strategy: String,
     },

@@ -11,8 +11,9 @@
 //!   [`KernelCase::ALL`] at every shape of [`SHAPES`]. On `cpu` this checks the Rust kernels of
 //!   [`crate::kernels::cpu`]; on `wgpu` and `cuda` the CubeCL kernels of `kernels::cube`.
 //! - **`kernel <strategy>`** (`wgpu`, `cuda`): the CubeCL forward and backward called directly with
-//!   each launch layout (one unit per row; tiled with the automatic tile; 16-row tiles), so every
-//!   code path of the kernels is reached whatever the autotuned choice.
+//!   each launch layout (one unit per row; tiled with the automatic tile; 16-row tiles; the split
+//!   key-side backward; the tensor-core forward, `cmma`, where the device has it), so every code
+//!   path of the kernels is reached whatever the autotuned choice.
 //! - **`train-step`**: two whole training steps (forward, backward, clip, AdamW) of a small RoPE,
 //!   PoPE, TAPA and NoPE model — losses and global gradient norms — on the backend (burn with the
 //!   fused kernels; on `cpu` also the whole-step fast path of [`crate::fast`]) against burn's
@@ -59,6 +60,13 @@ pub const ATTENTION_TOL: Tolerance = Tolerance {
 pub const DELTA_TOL: Tolerance = Tolerance {
     abs: 1e-3,
     rel: 1e-3,
+};
+/// Group `kernel cmma` where the forward ran on tensor cores: f16 operands (`q̃`, `k̃`, `v` and
+/// the probabilities rounded to 11 significant bits, about 5e-4 relative each) with f32
+/// accumulation, and a backward from that forward's `lse`.
+pub const CMMA_TOL: Tolerance = Tolerance {
+    abs: 5e-3,
+    rel: 1e-2,
 };
 /// Loss and global gradient norm of a training step.
 pub const STEP_TOL: Tolerance = Tolerance {
@@ -361,13 +369,25 @@ fn compare_all(
     got: (Vec<f32>, [Vec<f32>; 3], Option<Vec<f32>>),
     want: &Reference,
 ) -> Vec<Check> {
+    compare_all_within(group, case, got, want, ATTENTION_TOL, DELTA_TOL)
+}
+
+/// [`compare_all`] under the given tolerances (attention outputs and gradients; `dδ`).
+fn compare_all_within(
+    group: &str,
+    case: &str,
+    got: (Vec<f32>, [Vec<f32>; 3], Option<Vec<f32>>),
+    want: &Reference,
+    attention_tol: Tolerance,
+    delta_tol: Tolerance,
+) -> Vec<Check> {
     let mut out = vec![compare(
         group,
         case,
         "out",
         &got.0,
         &want.out,
-        ATTENTION_TOL,
+        attention_tol,
     )];
     for (i, name) in ["dq", "dk", "dv"].into_iter().enumerate() {
         out.push(compare(
@@ -376,11 +396,11 @@ fn compare_all(
             name,
             &got.1[i],
             &want.dqkv[i],
-            ATTENTION_TOL,
+            attention_tol,
         ));
     }
     match (&got.2, &want.ddelta) {
-        (Some(g), Some(w)) => out.push(compare(group, case, "ddelta", g, w, DELTA_TOL)),
+        (Some(g), Some(w)) => out.push(compare(group, case, "ddelta", g, w, delta_tol)),
         (None, None) => {}
         // A δ gradient where none is expected, or none where PoPE needs one.
         (g, w) => out.push(compare(
@@ -389,7 +409,7 @@ fn compare_all(
             "ddelta",
             g.as_deref().unwrap_or(&[]),
             w.as_deref().unwrap_or(&[f32::NAN]),
-            DELTA_TOL,
+            delta_tol,
         )),
     }
     out
@@ -470,7 +490,9 @@ pub fn extension_checks(device: &Device) -> Vec<Check> {
     checks
 }
 
-/// Groups `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split`: the CubeCL
+/// Groups `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split`, `kernel cmma`
+/// (its forward on tensor cores where the device has them, cases marked `[tensor cores]` and
+/// checked within [`CMMA_TOL`]; elsewhere the tiled forward, within [`ATTENTION_TOL`]): the CubeCL
 /// forward and backward called directly with each launch layout, on a `wgpu` or `cuda` `device`
 /// (plain), every case at every shape (module docs).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -485,6 +507,7 @@ pub fn cube_kernel_checks(device: &Device) -> Vec<Check> {
             "kernel tiled-split",
             CubeStrategy::TiledSplit { tile: None },
         ),
+        ("kernel cmma", CubeStrategy::Cmma { tile: None }),
     ];
     let mut checks = Vec::new();
     for c in reference_cases(11) {
@@ -499,6 +522,9 @@ pub fn cube_kernel_checks(device: &Device) -> Vec<Check> {
                 .qkvg
                 .each_ref()
                 .map(|x| cube::host_to_cube(x, shape, device));
+            // The tensor-core forward (f16 operands) is checked at its own tolerance, and its
+            // cases are marked so the output says where it ran.
+            let tensor_cores = cube::cmma_applies(&q, &params);
             let (out, lse) = cube::forward(q.clone(), k.clone(), v.clone(), &params);
             let grads = cube::backward(q, k, v, out.clone(), lse, g, &params);
             let got = (
@@ -506,7 +532,14 @@ pub fn cube_kernel_checks(device: &Device) -> Vec<Check> {
                 [grads.dq, grads.dk, grads.dv].map(cube::cube_to_host),
                 grads.ddelta.map(cube::cube_to_host),
             );
-            checks.extend(compare_all(group, &c.name, got, &c.want));
+            if tensor_cores {
+                let case = format!("{} [tensor cores]", c.name);
+                checks.extend(compare_all_within(
+                    group, &case, got, &c.want, CMMA_TOL, CMMA_TOL,
+                ));
+            } else {
+                checks.extend(compare_all(group, &c.name, got, &c.want));
+            }
         }
     }
     checks

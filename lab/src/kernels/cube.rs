@@ -17,7 +17,7 @@
 //!   `s_ij = A_ij · cos(2π·|i−j|^α·P_ij)` on the raw `q`, `k` and differentiate it directly
 //!   (chain rule through `A` and `P`).
 //!
-//! Three layouts ([`CubeStrategy`]), all tested against the reference:
+//! Four layouts ([`CubeStrategy`]), all tested against the reference:
 //! - [`CubeStrategy::Rows`]: **one unit per query row** (forward, `dq`) or **one unit per key
 //!   row** (`dk`, `dv`), looping over the visible keys (queries) read from global memory;
 //! - [`CubeStrategy::Tiled`] (default): one cube per block of `tile` rows; the keys (queries) the
@@ -25,6 +25,9 @@
 //!   reads each row once instead of once per unit (tile ≤ 64 rows, ≤ 32 KiB of shared memory);
 //! - [`CubeStrategy::TiledSplit`]: `Tiled` with the key-side backward split into a `dv` and a `dk`
 //!   launch, fewer accumulators per unit at the price of computing the scores twice.
+//! - [`CubeStrategy::Cmma`]: the forward on tensor cores (`cmma`, f16 operands, f32
+//!   accumulation) for the dot-product encodings on devices that have them (CUDA), `Tiled`
+//!   everywhere else and for every backward.
 //!
 //! Each unit keeps its row's accumulators in registers (`Array`s of comptime size) with an online
 //! softmax (running max `m`, running sum `l`). The forward saves `lse = m + ln l`; the backward
@@ -116,10 +119,20 @@ pub enum CubeStrategy {
         /// Rows per tile (= units per cube), or `None` for the automatic choice.
         tile: Option<usize>,
     },
+    /// The forward on tensor cores (`cmma` 16×16×16, f16 operands, f32 accumulation; the
+    /// `attn_fwd_cmma` kernel) where it applies ([`cmma_applies`]: a device with that `cmma`
+    /// form and 32-unit planes, a dot-product encoding, `W` and `head_dim` multiples of 16),
+    /// [`CubeStrategy::Tiled`]'s forward elsewhere; the backward is always `Tiled`'s (scalar
+    /// f32, from the forward's `lse`). Its outputs differ from the f32 layouts by f16 rounding of
+    /// `q̃`, `k̃`, `v` and `p` (about 1e-3 relative; `lab selfcheck` group `kernel cmma`).
+    Cmma {
+        /// Rows per tile of the backward, or `None` for the automatic choice.
+        tile: Option<usize>,
+    },
 }
 
 impl CubeStrategy {
-    /// `rows`, `tiled` or `tiled-split` (automatic tile; [`super::CUBE_STRATEGIES`]).
+    /// `rows`, `tiled`, `tiled-split` or `cmma` (automatic tile; [`super::CUBE_STRATEGIES`]).
     ///
     /// # Errors
     /// Any other name: one line listing the allowed ones.
@@ -128,6 +141,7 @@ impl CubeStrategy {
             "rows" => Ok(Self::Rows),
             "tiled" => Ok(Self::Tiled { tile: None }),
             "tiled-split" => Ok(Self::TiledSplit { tile: None }),
+            "cmma" => Ok(Self::Cmma { tile: None }),
             other => Err(format!(
                 "--strategy: unknown kernel layout `{other}` (allowed: {})",
                 super::CUBE_STRATEGIES.join(", ")
@@ -205,6 +219,7 @@ pub struct CubeGrads {
 #[allow(missing_docs)]
 mod kernels {
     use cubecl::prelude::*;
+    use half::f16;
 
     /// `Σ_{c ∈ [start, end)} x[c] · y[yb + c]`.
     #[cube]
@@ -750,6 +765,212 @@ mod kernels {
                 out[r * d + c] = acc[c] * inv;
             }
             lse[r] = row_lse;
+        }
+    }
+
+    /// Forward on tensor cores for the dot-product encodings (NoPE, RoPE, PoPE on `q̃`, `k̃`):
+    /// the contract of [`attn_fwd`] without TAPA. `cmma` 16×16×16 with f16 operands and f32
+    /// accumulation (FlashAttention-2, Alg. 1, with WMMA-style fragments): per key tile of 16,
+    /// `S = Q̃ K̃ᵀ` over `w/16` steps, the online softmax by one unit per query row on `S` staged in
+    /// shared memory, `P` rounded to f16, then `P V` per 16 output columns, rescaled into a
+    /// shared f32 output tile (fragments cannot be rescaled per row in place). Launch: cube
+    /// count `(ceil(seq/16), batch·heads, 1)`, cube dim 32 (one plane: every unit takes part in
+    /// every `cmma` call); `w` and `d` multiples of 16. Shared memory `(4w + 12d + 1600)` bytes.
+    #[cube(launch)]
+    pub fn attn_fwd_cmma(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        out: &mut [f32],
+        lse: &mut [f32],
+        seq: u32,
+        scale: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+    ) {
+        let l = seq as usize;
+        let t = UNIT_POS as usize;
+        let block = CUBE_POS_X as usize;
+        let base = CUBE_POS_Y as usize * l;
+        let i0 = block * 16;
+        let mut qs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * w), 32usize);
+        let mut ks = Shared::<[f16]>::new_aligned_slice(comptime!(16 * w), 32usize);
+        let mut vs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * d), 32usize);
+        let mut ps = Shared::<[f16]>::new_aligned_slice(256usize, 32usize);
+        let mut ss = Shared::<[f32]>::new_aligned_slice(256usize, 32usize);
+        let mut pv = Shared::<[f32]>::new_aligned_slice(comptime!(16 * d), 32usize);
+        let mut os = Shared::<[f32]>::new_slice(comptime!(16 * d));
+        let mut corr = Shared::<[f32]>::new_slice(16usize);
+        // The query tile (rows past the sequence are zeros) and a zero output tile.
+        #[unroll]
+        for s in 0..comptime!(w / 2) {
+            let e = s * 32 + t;
+            let i = i0 + e / w;
+            let mut x = 0.0f32;
+            if i < l {
+                x = q[(base + i) * w + e % w];
+            }
+            qs[e] = f16::cast_from(x);
+        }
+        #[unroll]
+        for s in 0..comptime!(d / 2) {
+            os[s * 32 + t] = 0.0f32;
+        }
+        let mut m = 0.0f32;
+        m -= 1.0e30f32;
+        let mut sum = 0.0f32;
+        let stride_w = comptime!(w as u32);
+        let stride_d = comptime!(d as u32);
+        for tile in 0..block + 1 {
+            let j0 = tile * 16;
+            #[unroll]
+            for s in 0..comptime!(w / 2) {
+                let e = s * 32 + t;
+                let j = j0 + e / w;
+                let mut x = 0.0f32;
+                if j < l {
+                    x = k[(base + j) * w + e % w];
+                }
+                ks[e] = f16::cast_from(x);
+            }
+            #[unroll]
+            for s in 0..comptime!(d / 2) {
+                let e = s * 32 + t;
+                let j = j0 + e / d;
+                let mut x = 0.0f32;
+                if j < l {
+                    x = v[(base + j) * d + e % d];
+                }
+                vs[e] = f16::cast_from(x);
+            }
+            sync_cube();
+            // S = Q̃ K̃ᵀ: A = the query rows (row-major, stride w), B = the key rows read as a
+            // column-major [w, 16] matrix (stride w).
+            let acc = cmma::Matrix::<f32>::from_value(
+                cmma::MatrixIdent::Accumulator,
+                16usize,
+                16usize,
+                16usize,
+                cmma::MatrixLayout::Undefined,
+                0.0f32,
+            );
+            #[unroll]
+            for c in 0..comptime!(w / 16) {
+                let a = cmma::Matrix::<f16>::from_slice(
+                    cmma::MatrixIdent::A,
+                    16usize,
+                    16usize,
+                    16usize,
+                    cmma::MatrixLayout::RowMajor,
+                    &qs[c * 16..comptime!(16 * w)],
+                    stride_w,
+                );
+                let b = cmma::Matrix::<f16>::from_slice(
+                    cmma::MatrixIdent::B,
+                    16usize,
+                    16usize,
+                    16usize,
+                    cmma::MatrixLayout::ColMajor,
+                    &ks[c * 16..comptime!(16 * w)],
+                    stride_w,
+                );
+                cmma::execute(&a, &b, &acc, &acc);
+            }
+            cmma::store(
+                &mut ss[0..256usize],
+                &acc,
+                16u32,
+                cmma::MatrixLayout::RowMajor,
+            );
+            sync_cube();
+            // Online softmax, one unit per query row.
+            if t < 16 {
+                let i = i0 + t;
+                let mut m_new = m;
+                for jj in 0..16usize {
+                    let j = j0 + jj;
+                    if j <= i && j < l {
+                        m_new = f32::max(m_new, ss[t * 16 + jj] * scale);
+                    }
+                }
+                let c = f32::exp(m - m_new);
+                let mut row = 0.0f32;
+                for jj in 0..16usize {
+                    let j = j0 + jj;
+                    let mut p = 0.0f32;
+                    if j <= i && j < l {
+                        p = f32::exp(ss[t * 16 + jj] * scale - m_new);
+                    }
+                    ps[t * 16 + jj] = f16::cast_from(p);
+                    row += p;
+                }
+                sum = sum * c + row;
+                m = m_new;
+                corr[t] = c;
+            }
+            sync_cube();
+            // P V, 16 output columns at a time, into pv (row-major, stride d).
+            let a = cmma::Matrix::<f16>::from_slice(
+                cmma::MatrixIdent::A,
+                16usize,
+                16usize,
+                16usize,
+                cmma::MatrixLayout::RowMajor,
+                &ps[0..256usize],
+                16u32,
+            );
+            #[unroll]
+            for c in 0..comptime!(d / 16) {
+                let b = cmma::Matrix::<f16>::from_slice(
+                    cmma::MatrixIdent::B,
+                    16usize,
+                    16usize,
+                    16usize,
+                    cmma::MatrixLayout::RowMajor,
+                    &vs[c * 16..comptime!(16 * d)],
+                    stride_d,
+                );
+                let o = cmma::Matrix::<f32>::from_value(
+                    cmma::MatrixIdent::Accumulator,
+                    16usize,
+                    16usize,
+                    16usize,
+                    cmma::MatrixLayout::Undefined,
+                    0.0f32,
+                );
+                cmma::execute(&a, &b, &o, &o);
+                cmma::store(
+                    &mut pv[c * 16..comptime!(16 * d)],
+                    &o,
+                    stride_d,
+                    cmma::MatrixLayout::RowMajor,
+                );
+            }
+            sync_cube();
+            #[unroll]
+            for s in 0..comptime!(d / 2) {
+                let e = s * 32 + t;
+                os[e] = os[e] * corr[e / d] + pv[e];
+            }
+            sync_cube();
+        }
+        if t < 16 {
+            let i = i0 + t;
+            let mut inv = 0.0f32;
+            if i < l && sum > 0.0f32 {
+                inv = 1.0f32 / sum;
+                lse[base + i] = m + f32::ln(sum);
+            }
+            corr[t] = inv;
+        }
+        sync_cube();
+        #[unroll]
+        for s in 0..comptime!(d / 2) {
+            let e = s * 32 + t;
+            let i = i0 + e / d;
+            if i < l {
+                out[(base + i) * d + e % d] = os[e] * corr[e / d];
+            }
         }
     }
 
@@ -1370,7 +1591,10 @@ fn transform(
 /// `None` for [`CubeStrategy::Rows`]; otherwise `(tile rows, cube count, cube dim)` of the
 /// tiled kernels: one cube per (block of `tile` rows, batch·head).
 fn tiling(strategy: &CubeStrategy, plan: &Plan) -> Option<(usize, CubeCount, CubeDim)> {
-    let (CubeStrategy::Tiled { tile } | CubeStrategy::TiledSplit { tile }) = strategy else {
+    let (CubeStrategy::Tiled { tile }
+    | CubeStrategy::TiledSplit { tile }
+    | CubeStrategy::Cmma { tile }) = strategy
+    else {
         return None;
     };
     let bn = tile.unwrap_or_else(|| auto_tile(plan.w, plan.head_dim));
@@ -1382,6 +1606,42 @@ fn tiling(strategy: &CubeStrategy, plan: &Plan) -> Option<(usize, CubeCount, Cub
         CubeCount::Static(blocks as u32, slices as u32, 1),
         CubeDim::new_1d(bn as u32),
     ))
+}
+
+/// Whether `client`'s device runs the tensor-core forward: `cmma` with f16 operands, f32
+/// accumulation and the 16×16×16 shape, and planes of exactly 32 units (the kernel's cube is
+/// one plane). False on lavapipe (Mesa 22.3 has no cooperative matrices) and on the CPU.
+pub fn cmma_supported(client: &cubecl::client::Client) -> bool {
+    use cubecl::ir::features::MmaConfig;
+    use cubecl::ir::{ElemType, FloatKind};
+    let props = client.properties();
+    let f16 = ElemType::Float(FloatKind::F16);
+    props.hardware.plane_size_min == 32
+        && props.hardware.plane_size_max == 32
+        && props.features.matmul.cmma.contains(&MmaConfig {
+            a_type: f16,
+            b_type: f16,
+            cd_type: ElemType::Float(FloatKind::F32),
+            m: 16,
+            n: 16,
+            k: 16,
+        })
+}
+
+/// Whether [`forward`] with `params` on `q`'s device and shape `[batch, heads, seq, head_dim]`
+/// runs on tensor cores (`CubeStrategy::Cmma` where [`cmma_supported`], for a dot-product
+/// encoding with `W` and `head_dim` multiples of 16); false means a scalar f32 layout ran.
+pub fn cmma_applies(q: &CubeTensor, params: &CubeAttentionParams) -> bool {
+    let plan = Plan::new(dims4(q), &params.encoding);
+    uses_cmma(&q.client, &params.strategy, &plan)
+}
+
+fn uses_cmma(client: &cubecl::client::Client, strategy: &CubeStrategy, plan: &Plan) -> bool {
+    matches!(strategy, CubeStrategy::Cmma { .. })
+        && !plan.tapa
+        && plan.w % 16 == 0
+        && plan.head_dim % 16 == 0
+        && cmma_supported(client)
 }
 
 fn validate(q: &CubeTensor, k: &CubeTensor, v: &CubeTensor) -> [usize; 4] {
@@ -1423,6 +1683,23 @@ pub fn forward(
     let [b, h, l, d] = shape;
     let out = empty_like(&q, vec![b, h, l, d]);
     let lse = empty_like(&q, vec![b, h, l]);
+    if uses_cmma(&q.client, &params.strategy, &plan) {
+        kernels::attn_fwd_cmma::launch(
+            &q.client,
+            CubeCount::Static(l.div_ceil(16) as u32, (b * h) as u32, 1),
+            CubeDim::new_1d(32),
+            arg(&qt),
+            arg(&kt),
+            arg(&v),
+            arg(&out),
+            arg(&lse),
+            plan.seq as u32,
+            plan.scale,
+            plan.w,
+            d,
+        );
+        return (out, lse);
+    }
     match tiling(&params.strategy, &plan) {
         None => {
             let (count, dim) = launch_dims(&q, plan.rows);

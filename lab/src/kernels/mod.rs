@@ -51,9 +51,10 @@ pub mod pointwise;
 
 pub use fused::positional_attention;
 
-/// The CubeCL kernel layouts [`set_cube_strategy`] accepts: `rows`, `tiled` (the default) and
-/// `tiled-split` (`cube::CubeStrategy`, features `wgpu` / `cuda`).
-pub const CUBE_STRATEGIES: [&str; 3] = ["rows", "tiled", "tiled-split"];
+/// The CubeCL kernel layouts [`set_cube_strategy`] accepts: `rows`, `tiled` (the default),
+/// `tiled-split` and `cmma` (the forward on tensor cores where the device has them;
+/// `cube::CubeStrategy`, features `wgpu` / `cuda`).
+pub const CUBE_STRATEGIES: [&str; 4] = ["rows", "tiled", "tiled-split", "cmma"];
 
 /// Lay out every CubeCL attention call that follows in this process as `name` (one of
 /// [`CUBE_STRATEGIES`]; results agree to f32 rounding, only the time changes): `lab bench
@@ -76,6 +77,23 @@ pub fn set_cube_strategy(name: &str) -> Result<(), String> {
 fn set_strategy_in_build(name: &str) -> Result<(), String> {
     cube::set_default_strategy(cube::CubeStrategy::parse(name)?);
     Ok(())
+}
+
+/// Whether the `cmma` layout runs a forward on tensor cores on `device` (a `wgpu` or `cuda`
+/// device) for an encoding of this kind and `head_dim`: a dot-product encoding (not TAPA),
+/// `head_dim` a multiple of 16, and the device's `cmma` form ([`cube::cmma_supported`]). Used
+/// to label `lab bench attention --strategy cmma`'s timings with the operand type that ran.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub fn cmma_forward_applies(device: &burn::tensor::Device, tapa: bool, head_dim: usize) -> bool {
+    !tapa
+        && head_dim % 16 == 0
+        && cube::cmma_supported(&cube::host_to_cube(&[0.0], [1], device).client)
+}
+
+/// Without a CubeCL backend there are no tensor-core kernels.
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+pub fn cmma_forward_applies(_device: &burn::tensor::Device, _tapa: bool, _head_dim: usize) -> bool {
+    false
 }
 
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
