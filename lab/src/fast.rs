@@ -329,7 +329,8 @@ impl FastModel {
     /// another order (f32 round-off; `tests/fast_path.rs` checks them against each other).
     ///
     /// When trimming would save less than a tenth of the positions (tasks whose every position
-    /// is scored) this is [`FastModel::forward_backward`] itself, logits included; otherwise
+    /// is scored), or nothing is scored, this is [`FastModel::forward_backward`] itself, logits
+    /// included; otherwise
     /// `logits` is empty.
     ///
     /// # Panics
@@ -346,7 +347,8 @@ impl FastModel {
         assert!(tokens.len() == n && targets.len() == n && mask.len() == n);
         let groups = trim_plan(mask, batch, seq);
         let kept: usize = groups.iter().map(|g| g.rows.len() * g.len).sum();
-        if kept * 10 > n * 9 {
+        // Nothing scored (no group) or little to save: the padded pass.
+        if groups.is_empty() || kept * 10 > n * 9 {
             return self.forward_backward(tokens, targets, mask, batch, seq);
         }
         let n_scored = mask.iter().sum::<f32>().max(1.0);
@@ -391,7 +393,7 @@ impl FastModel {
                 a
             }
             (Some(a), None) | (None, Some(a)) => a,
-            (None, None) => unreachable!("a batch with scored positions has a group"),
+            (None, None) => unreachable!("the groups are not empty"),
         };
         out.logits = Vec::new();
         out.loss /= n_scored as f64;

@@ -388,6 +388,16 @@ fn trimmed_pass_matches_the_padded_pass() {
     let (one, two) = (on(1), on(2));
     assert_eq!(one.loss.to_bits(), two.loss.to_bits());
     assert_eq!(one.grads, two.grads);
+    // Nothing scored: the padded pass (zero loss and gradients), no panic.
+    let none = vec![0.0f32; batch * seq];
+    let z = fast.forward_backward_trimmed(&tokens, &targets, &none, batch, seq);
+    assert_eq!(z.loss, 0.0);
+    assert!(
+        z.grads
+            .params()
+            .iter()
+            .all(|(g, _)| g.iter().all(|&x| x == 0.0))
+    );
     // Every position scored: nothing to trim, the padded pass's bits and logits.
     let full = vec![1.0f32; batch * seq];
     let a = fast.forward_backward(&tokens, &targets, &full, batch, seq);
