@@ -57,7 +57,7 @@ pub use fused::positional_attention;
 pub const CUBE_STRATEGIES: [&str; 4] = ["rows", "tiled", "tiled-split", "cmma"];
 
 /// Lay out every CubeCL attention call that follows in this process as `name` (one of
-/// [`CUBE_STRATEGIES`]; results agree to f32 rounding, only the time changes): `lab bench
+/// [`CUBE_STRATEGIES`]; results agree to f32 rounding, `cmma` to f16 rounding, only the time changes): `lab bench
 /// attention --strategy`. The Rust kernels of the CPU have one layout; there `tiled` is accepted
 /// as the no-op default.
 ///
