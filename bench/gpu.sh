@@ -32,7 +32,7 @@
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
 # TRAIN_S, TRAIN_STEPS (10), FLEX_SEQS, FLEX_DTYPES, FLEX_S, SELFCHECK (1), SDPA_S (60), ATTN_S (90),
 # SPLIT_S (60) and SPLIT_ENCODINGS (nope,pope,tapa: the op again with --strategy tiled-split, into cube-split.jsonl),
-# CMMA_S (45) and CMMA_ENCODINGS (nope,rope,pope: the op again with --strategy cmma, into cube-cmma.jsonl),
+# CMMA_S (45) and CMMA_ENCODINGS (nope,rope,pope,tapa: the op again with --strategy cmma, into cube-cmma.jsonl),
 # BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine), INDIRECT_S (seconds of indirect-indexing `full`, 45),
 # INDIRECT_JOBS (its runs at once on the GPU, 1), SWEEP_S and SWEEP_JOBS (the default block-width sweep with that many
 # run processes sharing the GPU, for runs/hour: 45 s, 4).
@@ -64,7 +64,7 @@ ATTN_S=${ATTN_S:-90}
 SPLIT_S=${SPLIT_S:-60}
 SPLIT_ENCODINGS=${SPLIT_ENCODINGS:-nope,pope,tapa}
 CMMA_S=${CMMA_S:-45}
-CMMA_ENCODINGS=${CMMA_ENCODINGS:-nope,rope,pope}
+CMMA_ENCODINGS=${CMMA_ENCODINGS:-nope,rope,pope,tapa}
 SELFCHECK=${SELFCHECK:-1}
 T0=$(date +%s)
 section() { echo "== [$(date -u +%H:%M:%S), +$(( $(date +%s) - T0 )) s] $*"; }

@@ -16,6 +16,13 @@ use crate::model::{
     Encoding, EncodingConfig, ModelConfig, PairLayout, PositionalAttention, TapaPhase,
 };
 
+/// The amplitude dimensions of the TAPA head [`bench_attention`] builds at `head_dim`: the
+/// default `tapa_rho` (0.5) times `head_dim`, rounded ([`crate::model::Tapa::new`]).
+pub fn tapa_amp_dim(head_dim: usize) -> usize {
+    let p = crate::model::TapaParams::default();
+    crate::model::Tapa::new(head_dim, p.tapa_rho, p.tapa_alpha, TapaPhase::Quadratic).amp_dim
+}
+
 /// The encodings `lab bench attention` times.
 pub const BENCH_ENCODINGS: [&str; 5] = ["nope", "rope", "pope", "tapa", "tapa-linear"];
 

@@ -26,8 +26,8 @@
 //! - [`CubeStrategy::TiledSplit`]: `Tiled` with the key-side backward split into a `dv` and a `dk`
 //!   launch, fewer accumulators per unit at the price of computing the scores twice.
 //! - [`CubeStrategy::Cmma`]: the forward on tensor cores (`cmma`, f16 operands, f32
-//!   accumulation) for the dot-product encodings on devices that have them (CUDA), `Tiled`
-//!   everywhere else and for every backward.
+//!   accumulation) for the dot-product encodings and TAPA's quadratic phase on devices that
+//!   have them (CUDA), `Tiled` everywhere else and for every backward.
 //!
 //! Each unit keeps its row's accumulators in registers (`Array`s of comptime size) with an online
 //! softmax (running max `m`, running sum `l`). The forward saves `lse = m + ln l`; the backward
@@ -121,7 +121,8 @@ pub enum CubeStrategy {
     },
     /// The forward on tensor cores (`cmma` 16×16×16, f16 operands, f32 accumulation; the
     /// `attn_fwd_cmma` kernel) where it applies ([`cmma_applies`]: a device with that `cmma`
-    /// form and 32-unit planes, a dot-product encoding, `W` and `head_dim` multiples of 16),
+    /// form and 32-unit planes, a dot-product encoding or TAPA with the quadratic phase, `W`,
+    /// `head_dim` and TAPA's `amp_dim` multiples of 16),
     /// [`CubeStrategy::Tiled`]'s forward elsewhere; the backward is always `Tiled`'s (scalar
     /// f32, from the forward's `lse`). Its outputs differ from the f32 layouts by f16 rounding of
     /// `q̃`, `k̃`, `v` and `p` (about 1e-3 relative; `lab selfcheck` group `kernel cmma`).
@@ -768,14 +769,17 @@ mod kernels {
         }
     }
 
-    /// Forward on tensor cores for the dot-product encodings (NoPE, RoPE, PoPE on `q̃`, `k̃`):
-    /// the contract of [`attn_fwd`] without TAPA. `cmma` 16×16×16 with f16 operands and f32
-    /// accumulation (FlashAttention-2, Alg. 1, with WMMA-style fragments): per key tile of 16,
-    /// `S = Q̃ K̃ᵀ` over `w/16` steps, the online softmax by one unit per query row on `S` staged in
-    /// shared memory, `P` rounded to f16, then `P V` per 16 output columns, rescaled into a
-    /// shared f32 output tile (fragments cannot be rescaled per row in place). Launch: cube
-    /// count `(ceil(seq/16), batch·heads, 1)`, cube dim 32 (one plane: every unit takes part in
-    /// every `cmma` call); `w` and `d` multiples of 16. Shared memory `(4w + 12d + 1600)` bytes.
+    /// Forward on tensor cores: the contract of [`attn_fwd`] for the dot-product encodings
+    /// (NoPE, RoPE, PoPE on `q̃`, `k̃`) and for TAPA with the quadratic phase. `cmma` 16×16×16
+    /// with f16 operands and f32 accumulation (FlashAttention-2, Alg. 1, with WMMA-style
+    /// fragments): per key tile of 16, `S = Q̃ K̃ᵀ` over `w/16` steps — for TAPA two products,
+    /// the amplitude `Q_A K_Aᵀ` over the first `amp/16` steps and the phase `Q_P K_Pᵀ` over the
+    /// rest, combined per entry as in [`score`] — then the online softmax by one unit per query
+    /// row on the scores staged in shared memory, `P` rounded to f16, then `P V` per 16 output
+    /// columns, rescaled into a shared f32 output tile (fragments cannot be rescaled per row in
+    /// place). Launch: cube count `(ceil(seq/16), batch·heads, 1)`, cube dim 32 (one plane:
+    /// every unit takes part in every `cmma` call); `w`, `d` and (TAPA) `amp` multiples of 16.
+    /// Shared memory `64w + 160d + 1600` bytes, 1024 more for TAPA (PoPE at d 64: 19.6 KiB).
     #[cube(launch)]
     pub fn attn_fwd_cmma(
         q: &[f32],
@@ -785,8 +789,13 @@ mod kernels {
         lse: &mut [f32],
         seq: u32,
         scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
         #[comptime] w: usize,
         #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
     ) {
         let l = seq as usize;
         let t = UNIT_POS as usize;
@@ -797,7 +806,11 @@ mod kernels {
         let mut ks = Shared::<[f16]>::new_aligned_slice(comptime!(16 * w), 32usize);
         let mut vs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * d), 32usize);
         let mut ps = Shared::<[f16]>::new_aligned_slice(256usize, 32usize);
-        let mut ss = Shared::<[f32]>::new_aligned_slice(256usize, 32usize);
+        // The scores of a key tile; TAPA's phase products after them.
+        let mut sc = Shared::<[f32]>::new_aligned_slice(
+            comptime!(if tapa { 512usize } else { 256usize }),
+            32usize,
+        );
         let mut pv = Shared::<[f32]>::new_aligned_slice(comptime!(16 * d), 32usize);
         let mut os = Shared::<[f32]>::new_slice(comptime!(16 * d));
         let mut corr = Shared::<[f32]>::new_slice(16usize);
@@ -845,52 +858,71 @@ mod kernels {
             }
             sync_cube();
             // S = Q̃ K̃ᵀ: A = the query rows (row-major, stride w), B = the key rows read as a
-            // column-major [w, 16] matrix (stride w).
-            let acc = cmma::Matrix::<f32>::from_value(
-                cmma::MatrixIdent::Accumulator,
-                16usize,
-                16usize,
-                16usize,
-                cmma::MatrixLayout::Undefined,
-                0.0f32,
-            );
+            // column-major [w, 16] matrix (stride w). One chain of `cmma` steps over the w/16
+            // column blocks into `sc[0..256]`; TAPA: two, the amplitude's blocks (0..amp/16) into
+            // `sc[0..256]` and the phase's (amp/16..w/16) into `sc[256..512]`.
+            let split = comptime!(if tapa { amp / 16 } else { w / 16 });
+            let chains = comptime!(if tapa { 2usize } else { 1usize });
             #[unroll]
-            for c in 0..comptime!(w / 16) {
-                let a = cmma::Matrix::<f16>::from_slice(
-                    cmma::MatrixIdent::A,
+            for ch in 0..chains {
+                let lo = ch * split;
+                let hi = split + ch * comptime!(w / 16 - split);
+                let acc = cmma::Matrix::<f32>::from_value(
+                    cmma::MatrixIdent::Accumulator,
                     16usize,
                     16usize,
                     16usize,
+                    cmma::MatrixLayout::Undefined,
+                    0.0f32,
+                );
+                for c in lo..hi {
+                    let a = cmma::Matrix::<f16>::from_slice(
+                        cmma::MatrixIdent::A,
+                        16usize,
+                        16usize,
+                        16usize,
+                        cmma::MatrixLayout::RowMajor,
+                        &qs[c * 16..comptime!(16 * w)],
+                        stride_w,
+                    );
+                    let b = cmma::Matrix::<f16>::from_slice(
+                        cmma::MatrixIdent::B,
+                        16usize,
+                        16usize,
+                        16usize,
+                        cmma::MatrixLayout::ColMajor,
+                        &ks[c * 16..comptime!(16 * w)],
+                        stride_w,
+                    );
+                    cmma::execute(&a, &b, &acc, &acc);
+                }
+                cmma::store(
+                    &mut sc[ch * 256..ch * 256 + 256],
+                    &acc,
+                    16u32,
                     cmma::MatrixLayout::RowMajor,
-                    &qs[c * 16..comptime!(16 * w)],
-                    stride_w,
                 );
-                let b = cmma::Matrix::<f16>::from_slice(
-                    cmma::MatrixIdent::B,
-                    16usize,
-                    16usize,
-                    16usize,
-                    cmma::MatrixLayout::ColMajor,
-                    &ks[c * 16..comptime!(16 * w)],
-                    stride_w,
-                );
-                cmma::execute(&a, &b, &acc, &acc);
             }
-            cmma::store(
-                &mut ss[0..256usize],
-                &acc,
-                16u32,
-                cmma::MatrixLayout::RowMajor,
-            );
             sync_cube();
-            // Online softmax, one unit per query row.
+            // Online softmax, one unit per query row; the scores go back into `sc[0..256]`.
             if t < 16 {
                 let i = i0 + t;
                 let mut m_new = m;
                 for jj in 0..16usize {
                     let j = j0 + jj;
                     if j <= i && j < l {
-                        m_new = f32::max(m_new, ss[t * 16 + jj] * scale);
+                        let e = t * 16 + jj;
+                        let mut s_ij = 0.0f32;
+                        if tapa {
+                            let phi = 6.283_185_307_179_586f32
+                                * dist_pow(i, j, alpha)
+                                * (sc[256 + e] * inv_sqrt_p);
+                            s_ij += sc[e] * inv_sqrt_a * f32::cos(phi);
+                        } else {
+                            s_ij += sc[e] * scale;
+                        }
+                        sc[e] = s_ij;
+                        m_new = f32::max(m_new, s_ij);
                     }
                 }
                 let c = f32::exp(m - m_new);
@@ -899,7 +931,7 @@ mod kernels {
                     let j = j0 + jj;
                     let mut p = 0.0f32;
                     if j <= i && j < l {
-                        p = f32::exp(ss[t * 16 + jj] * scale - m_new);
+                        p = f32::exp(sc[t * 16 + jj] - m_new);
                     }
                     ps[t * 16 + jj] = f16::cast_from(p);
                     row += p;
@@ -1630,7 +1662,8 @@ pub fn cmma_supported(client: &cubecl::client::Client) -> bool {
 
 /// Whether [`forward`] with `params` on `q`'s device and shape `[batch, heads, seq, head_dim]`
 /// runs on tensor cores (`CubeStrategy::Cmma` where [`cmma_supported`], for a dot-product
-/// encoding with `W` and `head_dim` multiples of 16); false means a scalar f32 layout ran.
+/// encoding or TAPA with the quadratic phase, with `W`, `head_dim` and TAPA's `amp_dim`
+/// multiples of 16); false means a scalar f32 layout ran.
 pub fn cmma_applies(q: &CubeTensor, params: &CubeAttentionParams) -> bool {
     let plan = Plan::new(dims4(q), &params.encoding);
     uses_cmma(&q.client, &params.strategy, &plan)
@@ -1638,7 +1671,7 @@ pub fn cmma_applies(q: &CubeTensor, params: &CubeAttentionParams) -> bool {
 
 fn uses_cmma(client: &cubecl::client::Client, strategy: &CubeStrategy, plan: &Plan) -> bool {
     matches!(strategy, CubeStrategy::Cmma { .. })
-        && !plan.tapa
+        && (!plan.tapa || (!plan.linear && plan.amp % 16 == 0))
         && plan.w % 16 == 0
         && plan.head_dim % 16 == 0
         && cmma_supported(client)
@@ -1695,8 +1728,13 @@ pub fn forward(
             arg(&lse),
             plan.seq as u32,
             plan.scale,
+            plan.inv_sqrt_a,
+            plan.inv_sqrt_p,
+            plan.alpha,
             plan.w,
             d,
+            plan.tapa,
+            plan.amp,
         );
         return (out, lse);
     }
