@@ -87,6 +87,9 @@ pub struct IgsmGeneration {
     pub answer_accuracy: f64,
     /// Share whose generated text passes [`tasks::igsm::check`] (every step re-derived correctly).
     pub solution_valid: f64,
+    /// `(problems, right answers)` by the depth of the problem's dependency tree
+    /// ([`tasks::igsm::Problem::depth`]), index = depth (0 ..= the deepest seen).
+    pub by_depth: Vec<(usize, usize)>,
 }
 
 /// The answer after the last `#` of a generated text, if it is a number followed by `.` (or the
@@ -167,10 +170,15 @@ pub fn igsm_generation(
         }
     }
     let (mut right, mut valid) = (0usize, 0usize);
+    let mut by_depth =
+        vec![(0usize, 0usize); problems.iter().map(|p| p.depth() + 1).max().unwrap_or(0)];
     for (p, s) in problems.iter().zip(&seqs) {
         let text = tasks::igsm::decode_ids(s).unwrap_or_default();
+        let cell = &mut by_depth[p.depth()];
+        cell.0 += 1;
         if parse_answer_with(&text, p.values) == Some(p.answer()) {
             right += 1;
+            cell.1 += 1;
         }
         if tasks::igsm::check_with(&text, p.values).is_ok_and(|a| a == p.answer()) {
             valid += 1;
@@ -180,6 +188,7 @@ pub fn igsm_generation(
         n,
         answer_accuracy: right as f64 / n.max(1) as f64,
         solution_valid: valid as f64 / n.max(1) as f64,
+        by_depth,
     }
 }
 
@@ -427,6 +436,14 @@ mod tests {
         let model = cfg.model().init(cfg.seed, &device);
         let g = igsm_generation(&model, &cfg, &device, 3, ProblemSet::HeldOut);
         assert_eq!(g.n, 3);
+        // Every problem counted once by depth (ops 2: depth 1 or 2), its answer once.
+        assert_eq!(g.by_depth.iter().map(|c| c.0).sum::<usize>(), 3);
+        assert_eq!(g.by_depth[0].0, 0);
+        assert!(g.by_depth.len() <= 3);
+        assert_eq!(
+            g.by_depth.iter().map(|c| c.1).sum::<usize>() as f64 / 3.0,
+            g.answer_accuracy
+        );
         // Teacher forcing scores every completion character once, by role.
         let by_role = igsm_accuracy_by_role(&model, &cfg, &device, 3, ProblemSet::HeldOut);
         let TaskGen::Igsm(task) = cfg.task() else {

@@ -118,12 +118,17 @@ pub struct EvalOutcome {
     /// [`crate::decode::SolutionRole`] (`SolutionRole::ALL` order; NaN for a role with no
     /// character). Printed by `lab eval`, not written to the table.
     pub solution_role_accuracy: Option<[f64; 8]>,
+    /// iGSM runs: `(problems, right answers)` of the greedy decoding by the depth of each
+    /// problem's dependency tree ([`crate::decode::IgsmGeneration::by_depth`]). Printed by `lab
+    /// eval`, not written to the table.
+    pub answers_by_depth: Option<Vec<(usize, usize)>>,
 }
 
 impl EvalOutcome {
     /// The JSON object `lab eval` prints for request `req`: ids, lengths, scaling, attention
     /// factor, loss (nats), accuracy, θ_eff (radians per token), the ablated pairs, and for iGSM
-    /// runs the greedy answer accuracy and valid-solution share (null otherwise).
+    /// runs the greedy answer accuracy, the valid-solution share, the teacher-forced accuracy by
+    /// role and the greedy answers by dependency depth (null otherwise).
     pub fn json(&self, req: &EvalRequest) -> serde_json::Value {
         serde_json::json!({
             "eval_id": self.eval_id, "seq_len": self.config.seq_len,
@@ -138,6 +143,19 @@ impl EvalOutcome {
                     .zip(a)
                     .map(|(r, x)| (r.name().to_string(), serde_json::json!(x)))
                     .collect::<serde_json::Map<_, _>>()
+            }),
+            "answers_by_depth": self.answers_by_depth.as_ref().map(|cells| {
+                cells
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| c.0 > 0)
+                    .map(|(depth, &(n, right))| {
+                        serde_json::json!({
+                            "depth": depth, "problems": n,
+                            "answer_accuracy": right as f64 / n as f64,
+                        })
+                    })
+                    .collect::<Vec<_>>()
             }),
         })
     }
@@ -310,6 +328,7 @@ pub fn eval_model(
         ablate: req.ablate.clone(),
         answer_accuracy: generation.as_ref().map(|g| g.0.answer_accuracy),
         solution_valid: generation.as_ref().map(|g| g.0.solution_valid),
+        answers_by_depth: generation.as_ref().map(|g| g.0.by_depth.clone()),
         solution_role_accuracy: generation.map(|g| g.1),
     };
     Ok((out, scaling))

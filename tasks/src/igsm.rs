@@ -505,6 +505,22 @@ impl Problem {
             .count()
     }
 
+    /// Depth of the question's dependency tree in operations: 0 for a leaf, else 1 + the deeper
+    /// of its operands' depths. The most name-by-name lookups between the question and a leaf
+    /// of its solution (issue 19, R52: greedy answers by depth); `1..=ops` for generated
+    /// problems (`ops` for a chain, about log₂ of it for a balanced tree).
+    pub fn depth(&self) -> usize {
+        let defs = self.defs();
+        // Post-order puts every operand before its use: one pass fills the depths.
+        let mut depth = vec![0usize; defs.len()];
+        for i in post_order(&defs, self.query) {
+            if let Def::Op { lhs, rhs, .. } = defs[i] {
+                depth[i] = 1 + depth[lhs].max(depth[rhs]);
+            }
+        }
+        depth[self.query]
+    }
+
     /// The answer: the value of the question's quantity, in `0..=22`.
     pub fn answer(&self) -> u32 {
         self.quantities[self.query].value
@@ -1471,6 +1487,55 @@ mod tests {
 
     fn op(op: Op, lhs: usize, rhs: usize) -> Def {
         Def::Op { op, lhs, rhs }
+    }
+
+    #[test]
+    fn depth_counts_the_longest_chain_of_operations() {
+        let leaf = |n: &str, v| q(n, Def::Leaf, v);
+        let problem = |quantities: Vec<Quantity>, query| Problem {
+            statement_order: (0..quantities.len()).collect(),
+            quantities,
+            query,
+            values: ValueFormat::Digits,
+        };
+        // a, b leaves; c = a+b; d = c*a; e = d-b: a chain of 3 operations.
+        let chain = problem(
+            vec![
+                leaf("a", 1),
+                leaf("b", 2),
+                q("c", op(Op::Add, 0, 1), 3),
+                q("d", op(Op::Mul, 2, 0), 3),
+                q("e", op(Op::Sub, 3, 1), 1),
+            ],
+            4,
+        );
+        assert_eq!((chain.depth(), chain.ops()), (3, 3));
+        // c = a+b; d = a*b; e = c+d: 3 operations, depth 2 (balanced).
+        let balanced = problem(
+            vec![
+                leaf("a", 1),
+                leaf("b", 2),
+                q("c", op(Op::Add, 0, 1), 3),
+                q("d", op(Op::Mul, 0, 1), 2),
+                q("e", op(Op::Add, 2, 3), 5),
+            ],
+            4,
+        );
+        assert_eq!((balanced.depth(), balanced.ops()), (2, 3));
+        // The question a leaf: depth 0; a question on c alone ignores d, e.
+        assert_eq!(problem(vec![leaf("a", 4)], 0).depth(), 0);
+        assert_eq!(problem(balanced.quantities.clone(), 2).depth(), 1);
+        // Generated problems: 1 <= depth <= ops.
+        for ops in 1..=6 {
+            for i in 0..50 {
+                let p = cfg(ops, 2).sample(7, Split::Train, i).unwrap();
+                assert!(
+                    (1..=ops).contains(&p.depth()),
+                    "ops {ops}: depth {}",
+                    p.depth()
+                );
+            }
+        }
     }
 
     /// The module-doc example: `c=a+b;a=5;d=c*a;b=3;?c:a=5;b=3;c=a+b=5+3=8;#8.`
