@@ -508,7 +508,7 @@ impl Problem {
     /// Depth of the question's dependency tree in operations: 0 for a leaf, else 1 + the deeper
     /// of its operands' depths. The most name-by-name lookups between the question and a leaf
     /// of its solution (issue 19, R52: greedy answers by depth); `1..=ops` for generated
-    /// problems (`ops` for a chain, about log₂ of it for a balanced tree).
+    /// problems: `ops` for a chain, at least ⌈log₂(ops + 1)⌉ for a tree (3 at ops 4).
     pub fn depth(&self) -> usize {
         let defs = self.defs();
         // Post-order puts every operand before its use: one pass fills the depths.
