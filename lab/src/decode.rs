@@ -170,11 +170,11 @@ pub fn igsm_generation(
         }
     }
     let (mut right, mut valid) = (0usize, 0usize);
-    let mut by_depth =
-        vec![(0usize, 0usize); problems.iter().map(|p| p.depth() + 1).max().unwrap_or(0)];
-    for (p, s) in problems.iter().zip(&seqs) {
+    let depths: Vec<usize> = problems.iter().map(|p| p.depth()).collect();
+    let mut by_depth = vec![(0usize, 0usize); depths.iter().max().map_or(0, |&d| d + 1)];
+    for ((p, s), &depth) in problems.iter().zip(&seqs).zip(&depths) {
         let text = tasks::igsm::decode_ids(s).unwrap_or_default();
-        let cell = &mut by_depth[p.depth()];
+        let cell = &mut by_depth[depth];
         cell.0 += 1;
         if parse_answer_with(&text, p.values) == Some(p.answer()) {
             right += 1;
