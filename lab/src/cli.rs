@@ -419,9 +419,12 @@ impl BenchCmd {
                         let tensor_cores = strategy == "cmma"
                             && lab::kernels::cmma_forward_applies(
                                 &device,
-                                enc.starts_with("tapa")
-                                    .then(|| lab::bench::tapa_amp_dim(head_dim as usize)),
-                                enc == "tapa-linear",
+                                enc.starts_with("tapa").then(|| {
+                                    (
+                                        lab::bench::tapa_amp_dim(head_dim as usize),
+                                        enc == "tapa-linear",
+                                    )
+                                }),
                                 head_dim as usize,
                             );
                         let r = lab::bench::AttentionBench {

@@ -80,24 +80,18 @@ fn set_strategy_in_build(name: &str) -> Result<(), String> {
 }
 
 /// Whether the `cmma` layout runs a forward on tensor cores on `device` (a `wgpu` or `cuda`
-/// device) for an encoding and `head_dim`: a dot-product encoding (NoPE, RoPE, PoPE) or TAPA
-/// with the quadratic phase (`tapa_amp_dim`: `Some(amp_dim)` for TAPA, `None` otherwise;
-/// `tapa_linear`: the linear-phase ablation, which stays scalar), `head_dim` and `amp_dim`
-/// multiples of 16, and the device's `cmma` form ([`cube::cmma_supported`]). Used to label
-/// `lab bench attention --strategy cmma`'s timings with the operand type that ran.
+/// device) for an encoding and `head_dim`: `tapa` is `Some((amp_dim, linear_phase))` for TAPA,
+/// `None` for the dot-product encodings; the shapes as [`cube::cmma_shapes_fit`] (`w` is
+/// `head_dim` or, for PoPE, `2·head_dim`: a multiple of 16 whenever `head_dim` is) and the
+/// device's `cmma` form ([`cube::cmma_supported`]). Used to label `lab bench attention
+/// --strategy cmma`'s timings with the operand type that ran.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub fn cmma_forward_applies(
     device: &burn::tensor::Device,
-    tapa_amp_dim: Option<usize>,
-    tapa_linear: bool,
+    tapa: Option<(usize, bool)>,
     head_dim: usize,
 ) -> bool {
-    let tapa_ok = match tapa_amp_dim {
-        None => true,
-        Some(amp) => !tapa_linear && amp % 16 == 0,
-    };
-    tapa_ok
-        && head_dim % 16 == 0
+    cube::cmma_shapes_fit(head_dim, head_dim, tapa)
         && cube::cmma_supported(&cube::host_to_cube(&[0.0], [1], device).client)
 }
 
@@ -105,8 +99,7 @@ pub fn cmma_forward_applies(
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
 pub fn cmma_forward_applies(
     _device: &burn::tensor::Device,
-    _tapa_amp_dim: Option<usize>,
-    _tapa_linear: bool,
+    _tapa: Option<(usize, bool)>,
     _head_dim: usize,
 ) -> bool {
     false
