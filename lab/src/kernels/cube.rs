@@ -266,6 +266,13 @@ mod kernels {
         acc
     }
 
+    /// TAPA's score from its scaled parts: `amp · cos(2π |i − j|^α · phase)`, `amp = q_A·k_A/√(ρd)`,
+    /// `phase = q_P·k_P/√((1−ρ)d)` (or the linear phase), the module docs' formula.
+    #[cube]
+    pub fn tapa_score(amp: f32, phase: f32, i: usize, j: usize, alpha: f32) -> f32 {
+        amp * f32::cos(6.283_185_307_179_586f32 * dist_pow(i, j, alpha) * phase)
+    }
+
     /// TAPA distance power `|i − j|^α` (0 on the diagonal).
     #[cube]
     pub fn dist_pow(i: usize, j: usize, alpha: f32) -> f32 {
@@ -335,8 +342,7 @@ mod kernels {
         if tapa {
             let a = tapa_amp(x, y, yb, inv_sqrt_a, amp);
             let p = tapa_phase(x, x_sum, y, yb, inv_sqrt_p, amp, w, linear);
-            let phi = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha) * p;
-            s += a * f32::cos(phi);
+            s += tapa_score(a, p, i, j, alpha);
         } else {
             s += dot_range(x, y, yb, 0usize, w) * scale;
         }
@@ -914,10 +920,13 @@ mod kernels {
                         let e = t * 16 + jj;
                         let mut s_ij = 0.0f32;
                         if tapa {
-                            let phi = 6.283_185_307_179_586f32
-                                * dist_pow(i, j, alpha)
-                                * (sc[256 + e] * inv_sqrt_p);
-                            s_ij += sc[e] * inv_sqrt_a * f32::cos(phi);
+                            s_ij += tapa_score(
+                                sc[e] * inv_sqrt_a,
+                                sc[256 + e] * inv_sqrt_p,
+                                i,
+                                j,
+                                alpha,
+                            );
                         } else {
                             s_ij += sc[e] * scale;
                         }
@@ -1671,10 +1680,25 @@ pub fn cmma_applies(q: &CubeTensor, params: &CubeAttentionParams) -> bool {
 
 fn uses_cmma(client: &cubecl::client::Client, strategy: &CubeStrategy, plan: &Plan) -> bool {
     matches!(strategy, CubeStrategy::Cmma { .. })
-        && (!plan.tapa || (!plan.linear && plan.amp % 16 == 0))
-        && plan.w % 16 == 0
-        && plan.head_dim % 16 == 0
+        && cmma_shapes_fit(
+            plan.w,
+            plan.head_dim,
+            plan.tapa.then_some((plan.amp, plan.linear)),
+        )
         && cmma_supported(client)
+}
+
+/// Whether `attn_fwd_cmma` takes an encoding of these shapes: `w` (the transformed row width:
+/// `head_dim`, or `2·head_dim` for PoPE) and `head_dim` multiples of 16; for TAPA (`tapa =
+/// Some((amp_dim, linear_phase))`) the quadratic phase with `amp_dim` a multiple of 16 (the
+/// linear phase has no phase product to put on tensor cores). The device is not consulted
+/// ([`cmma_supported`]).
+pub fn cmma_shapes_fit(w: usize, head_dim: usize, tapa: Option<(usize, bool)>) -> bool {
+    let tapa_fits = match tapa {
+        None => true,
+        Some((amp_dim, linear)) => !linear && amp_dim % 16 == 0,
+    };
+    tapa_fits && w % 16 == 0 && head_dim % 16 == 0
 }
 
 fn validate(q: &CubeTensor, k: &CubeTensor, v: &CubeTensor) -> [usize; 4] {
