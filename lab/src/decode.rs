@@ -90,6 +90,68 @@ pub struct IgsmGeneration {
     /// `(problems, right answers)` by the depth of the problem's dependency tree
     /// ([`tasks::igsm::Problem::depth`]), index = depth (0 ..= the deepest seen).
     pub by_depth: Vec<(usize, usize)>,
+    /// Where each *wrong* answer's solution first leaves the reference ([`first_divergence`]), one
+    /// entry per problem whose generated answer is wrong, in problem order.
+    pub first_errors: Vec<FirstError>,
+}
+
+/// A wrong greedy solution beside its reference (both completions: the text after the prompt).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FirstError {
+    /// Where `generated` first leaves `reference`.
+    pub divergence: Divergence,
+    /// The reference completion ([`tasks::igsm::Problem::completion`]).
+    pub reference: String,
+    /// What the model wrote after the prompt.
+    pub generated: String,
+}
+
+/// The first character at which a generated completion leaves the reference one
+/// ([`tasks::igsm::Problem::completion`]): where, and what the reference writes there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Divergence {
+    /// Character index in the completion (0 = the first character after the prompt's `:`).
+    pub index: usize,
+    /// The role of the reference character at `index` ([`solution_roles`]).
+    pub role: SolutionRole,
+    /// The solution step it falls in: the number of `;` before `index` in the reference, so
+    /// `0 ..= steps − 1` inside the steps and `steps` in the final `#answer.`.
+    pub step: usize,
+    /// Steps of the reference solution (its number of `;`).
+    pub steps: usize,
+    /// Whether the reference step at `step` is a leaf (`name=value;`); `false` for an operation
+    /// step and for the final `#answer.`.
+    pub leaf_step: bool,
+}
+
+/// Where `generated` (a completion: the text after the prompt) first differs from `reference`,
+/// or `None` if they are equal. A `generated` that stops early (a strict prefix) diverges at its
+/// end; one that runs on past the reference's end is not a divergence inside it and is reported
+/// at `reference.len()` with the role of the reference's last character.
+pub fn first_divergence(reference: &str, generated: &str) -> Option<Divergence> {
+    let (r, g) = (reference.as_bytes(), generated.as_bytes());
+    let index = r.iter().zip(g).take_while(|(a, b)| a == b).count();
+    if index == r.len() && index == g.len() {
+        return None;
+    }
+    let roles = solution_roles(reference);
+    let at = index.min(r.len().saturating_sub(1));
+    let step = r[..index.min(r.len())]
+        .iter()
+        .filter(|&&c| c == b';')
+        .count();
+    let steps = r.iter().filter(|&&c| c == b';').count();
+    let leaf_step = reference
+        .split_inclusive(';')
+        .nth(step)
+        .is_some_and(|s| s.ends_with(';') && s.matches('=').count() == 1);
+    Some(Divergence {
+        index,
+        role: roles.get(at).copied().unwrap_or(SolutionRole::Structure),
+        step,
+        steps,
+        leaf_step,
+    })
 }
 
 /// The answer after the last `#` of a generated text, if it is a number followed by `.` (or the
@@ -172,6 +234,7 @@ pub fn igsm_generation(
     let (mut right, mut valid) = (0usize, 0usize);
     let depths: Vec<usize> = problems.iter().map(|p| p.depth()).collect();
     let mut by_depth = vec![(0usize, 0usize); depths.iter().max().map_or(0, |&d| d + 1)];
+    let mut first_errors = Vec::new();
     for ((p, s), &depth) in problems.iter().zip(&seqs).zip(&depths) {
         let text = tasks::igsm::decode_ids(s).unwrap_or_default();
         let cell = &mut by_depth[depth];
@@ -179,6 +242,16 @@ pub fn igsm_generation(
         if parse_answer_with(&text, p.values) == Some(p.answer()) {
             right += 1;
             cell.1 += 1;
+        } else {
+            let generated = text.get(p.prompt().len()..).unwrap_or("").to_string();
+            let reference = p.completion();
+            if let Some(divergence) = first_divergence(&reference, &generated) {
+                first_errors.push(FirstError {
+                    divergence,
+                    reference,
+                    generated,
+                });
+            }
         }
         if tasks::igsm::check_with(&text, p.values).is_ok_and(|a| a == p.answer()) {
             valid += 1;
@@ -189,6 +262,7 @@ pub fn igsm_generation(
         answer_accuracy: right as f64 / n.max(1) as f64,
         solution_valid: valid as f64 / n.max(1) as f64,
         by_depth,
+        first_errors,
     }
 }
 
@@ -365,6 +439,49 @@ pub fn igsm_accuracy_by_role(
 mod tests {
     use super::*;
 
+    /// Hand-computed divergences from the reference `a=5;b=3;c=a+b=5+3=8;#8.` (3 steps; the
+    /// operation step starts at index 8, `#` is at 20).
+    #[test]
+    fn first_divergence_hand_cases() {
+        use SolutionRole::*;
+        let r = "a=5;b=3;c=a+b=5+3=8;#8.";
+        assert_eq!(first_divergence(r, r), None);
+        let d = |index, role, step, leaf_step| Divergence {
+            index,
+            role,
+            step,
+            steps: 3,
+            leaf_step,
+        };
+        // The wrong operator of the operation step.
+        assert_eq!(
+            first_divergence(r, "a=5;b=3;c=a*b=5*3=15;#15."),
+            Some(d(11, Operator, 2, false))
+        );
+        // The wrong name in the second (leaf) step.
+        assert_eq!(first_divergence(r, "a=5;d=3;"), Some(d(4, Name, 1, true)));
+        // The first step's value.
+        assert_eq!(first_divergence(r, "a=6;"), Some(d(2, Leaf, 0, true)));
+        // The answer only.
+        assert_eq!(
+            first_divergence(r, "a=5;b=3;c=a+b=5+3=8;#9."),
+            Some(d(21, Answer, 3, false))
+        );
+        // The mod-23 result of the operation step.
+        assert_eq!(
+            first_divergence(r, "a=5;b=3;c=a+b=5+3=9;#9."),
+            Some(d(18, Result, 2, false))
+        );
+        // Stopped early: the divergence is where the text ends.
+        assert_eq!(first_divergence(r, "a=5;b"), Some(d(5, Structure, 1, true)));
+        assert_eq!(first_divergence(r, ""), Some(d(0, Name, 0, true)));
+        // Ran on past the reference's end: reported at its end, in the answer.
+        assert_eq!(
+            first_divergence(r, "a=5;b=3;c=a+b=5+3=8;#8.x"),
+            Some(d(23, Structure, 3, false))
+        );
+    }
+
     #[test]
     fn solution_roles_of_the_doc_example() {
         use SolutionRole::*;
@@ -443,6 +560,14 @@ mod tests {
         assert_eq!(
             g.by_depth.iter().map(|c| c.1).sum::<usize>() as f64 / 3.0,
             g.answer_accuracy
+        );
+        // One first divergence per wrong answer, inside its reference solution.
+        assert_eq!(g.first_errors.len() as f64 / 3.0, 1.0 - g.answer_accuracy);
+        assert!(
+            g.first_errors
+                .iter()
+                .all(|e| e.divergence.step <= e.divergence.steps
+                    && e.reference[..e.divergence.index] == e.generated[..e.divergence.index])
         );
         // Teacher forcing scores every completion character once, by role.
         let by_role = igsm_accuracy_by_role(&model, &cfg, &device, 3, ProblemSet::HeldOut);

@@ -122,13 +122,60 @@ pub struct EvalOutcome {
     /// problem's dependency tree ([`crate::decode::IgsmGeneration::by_depth`]). Printed by `lab
     /// eval`, not written to the table.
     pub answers_by_depth: Option<Vec<(usize, usize)>>,
+    /// iGSM runs: where each wrong greedy solution first leaves the reference
+    /// ([`crate::decode::IgsmGeneration::first_errors`]). Printed by `lab eval`, not written to
+    /// the table.
+    pub first_errors: Option<Vec<crate::decode::FirstError>>,
+}
+
+/// The JSON summary of the first divergences of wrong greedy solutions
+/// ([`crate::decode::first_divergence`]): `wrong` (how many), counts `by_role`
+/// ([`crate::decode::SolutionRole`] names), `by_kind` (the reference step a divergence falls in: a
+/// leaf step, an operation step, or the final `#answer.`), `by_step` (step index from 0, only
+/// steps with a divergence), and the `cases` themselves in problem order, each with its reference
+/// and generated completions.
+pub fn first_errors_json(cases: &[crate::decode::FirstError]) -> serde_json::Value {
+    use crate::decode::SolutionRole;
+    let errors: Vec<_> = cases.iter().map(|c| c.divergence).collect();
+    let by_role: serde_json::Map<_, _> = SolutionRole::ALL
+        .iter()
+        .map(|&r| {
+            let n = errors.iter().filter(|e| e.role == r).count();
+            (r.name().to_string(), serde_json::json!(n))
+        })
+        .collect();
+    let answer = errors.iter().filter(|e| e.step == e.steps).count();
+    let leaf = errors.iter().filter(|e| e.leaf_step).count();
+    let max_step = errors.iter().map(|e| e.step).max();
+    let by_step: Vec<_> = max_step
+        .map_or(0..0, |m| 0..m + 1)
+        .filter_map(|k| {
+            let n = errors.iter().filter(|e| e.step == k).count();
+            (n > 0).then(|| serde_json::json!({"step": k, "wrong": n}))
+        })
+        .collect();
+    let cases: Vec<_> = cases
+        .iter()
+        .map(|c| {
+            let e = c.divergence;
+            serde_json::json!({"index": e.index, "role": e.role.name(), "step": e.step,
+                "steps": e.steps, "leaf_step": e.leaf_step, "reference": c.reference,
+                "generated": c.generated})
+        })
+        .collect();
+    serde_json::json!({
+        "wrong": errors.len(), "by_role": by_role,
+        "by_kind": {"leaf_step": leaf, "operation_step": errors.len() - leaf - answer, "answer": answer},
+        "by_step": by_step, "cases": cases,
+    })
 }
 
 impl EvalOutcome {
     /// The JSON object `lab eval` prints for request `req`: ids, lengths, scaling, attention
     /// factor, loss (nats), accuracy, θ_eff (radians per token), the ablated pairs, and for iGSM
     /// runs the greedy answer accuracy, the valid-solution share, the teacher-forced accuracy by
-    /// role and the greedy answers by dependency depth (null otherwise).
+    /// role, the greedy answers by dependency depth and where the wrong solutions first leave the
+    /// reference ([`first_errors_json`]) (null otherwise).
     pub fn json(&self, req: &EvalRequest) -> serde_json::Value {
         serde_json::json!({
             "eval_id": self.eval_id, "seq_len": self.config.seq_len,
@@ -157,6 +204,7 @@ impl EvalOutcome {
                     })
                     .collect::<Vec<_>>()
             }),
+            "first_errors": self.first_errors.as_deref().map(first_errors_json),
         })
     }
 }
@@ -329,6 +377,7 @@ pub fn eval_model(
         answer_accuracy: generation.as_ref().map(|g| g.0.answer_accuracy),
         solution_valid: generation.as_ref().map(|g| g.0.solution_valid),
         answers_by_depth: generation.as_ref().map(|g| g.0.by_depth.clone()),
+        first_errors: generation.as_ref().map(|g| g.0.first_errors.clone()),
         solution_role_accuracy: generation.map(|g| g.1),
     };
     Ok((out, scaling))
@@ -446,4 +495,39 @@ pub fn evals_row(
         .i64("seed", vec![train_cfg.seed as i64])
         .str("config_json", vec![out.config.canonical_json()])
         .build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decode::first_divergence;
+
+    /// Three wrong solutions of `a=5;b=3;c=a+b=5+3=8;#8.` counted by role, kind and step.
+    #[test]
+    fn first_errors_json_counts_hand_cases() {
+        let r = "a=5;b=3;c=a+b=5+3=8;#8.";
+        let errors: Vec<_> = ["a=5;d=3;", "a=5;b=3;c=a*b=5*3=15;#15.", "a=5;e=1;"]
+            .iter()
+            .map(|g| crate::decode::FirstError {
+                divergence: first_divergence(r, g).unwrap(),
+                reference: r.to_string(),
+                generated: g.to_string(),
+            })
+            .collect();
+        let j = first_errors_json(&errors);
+        assert_eq!(j["wrong"], 3);
+        assert_eq!(j["by_role"]["name"], 2);
+        assert_eq!(j["by_role"]["operator"], 1);
+        assert_eq!(j["by_role"]["leaf"], 0);
+        assert_eq!(j["by_kind"]["leaf_step"], 2);
+        assert_eq!(j["by_kind"]["operation_step"], 1);
+        assert_eq!(j["by_kind"]["answer"], 0);
+        assert_eq!(
+            j["by_step"],
+            serde_json::json!([{"step": 1, "wrong": 2}, {"step": 2, "wrong": 1}])
+        );
+        assert_eq!(j["cases"][1]["index"], 11);
+        assert_eq!(j["cases"][2]["generated"], "a=5;e=1;");
+        assert_eq!(j["cases"].as_array().unwrap().len(), 3);
+    }
 }
