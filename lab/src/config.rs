@@ -82,6 +82,7 @@ pub const RUN_FIELDS: &[&str] = &[
     "nope_every",
     "answer_curve",
     "canon_len",
+    "answer_curve_min_ops",
 ];
 
 /// Every key a sweep file or `--set` may give a run: [`RUN_FIELDS`], then every task's own
@@ -236,6 +237,13 @@ pub struct RunConfig {
     /// Every attention implementation has it (the fast path since 2026-12-04).
     #[serde(default, skip_serializing_if = "is_zero_usize")]
     pub canon_len: usize,
+    /// iGSM with `answer_curve > 0`: at every evaluation also greedy-decode `answer_curve` held-out
+    /// problems of exactly `answer_curve_min_ops`, …, `ops − 1` operations (same model, same
+    /// weights), one learning curve per size (`curves` rows with `split = "answers"` and
+    /// `answer_ops`). 0 (default, not serialised): the run's own `ops` only. In `2..=ops` (a
+    /// single operation has too few solution shapes for held-out ones).
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub answer_curve_min_ops: usize,
 }
 
 /// A [`RunConfig`] from a TOML table (a sweep's resolved run, or a run config after `--set`).
@@ -361,6 +369,29 @@ impl RunConfig {
                 self.answer_curve,
                 "must be 0: answers are decoded for task igsm only",
             ));
+        }
+        if self.answer_curve_min_ops > 0 {
+            let TaskConfig::Igsm(p) = &self.task else {
+                return Err(ConfigError::new(
+                    "answer_curve_min_ops",
+                    self.answer_curve_min_ops,
+                    "must be 0: answers are decoded for task igsm only",
+                ));
+            };
+            if self.answer_curve == 0 {
+                return Err(ConfigError::new(
+                    "answer_curve_min_ops",
+                    self.answer_curve_min_ops,
+                    "must be 0 when answer_curve is 0 (no answer curve is decoded)",
+                ));
+            }
+            // ops = 1 has no held-out structure (too few shapes to split).
+            range(
+                "answer_curve_min_ops",
+                self.answer_curve_min_ops,
+                2,
+                p.ops.max(2),
+            )?;
         }
         let task = self.task();
         task.validate()
@@ -607,6 +638,7 @@ pub(crate) mod tests {
             nope_every: 0,
             answer_curve: 0,
             canon_len: 0,
+            answer_curve_min_ops: 0,
         }
     }
 
@@ -685,6 +717,7 @@ pub(crate) mod tests {
             "nope_every",
             "answer_curve",
             "canon_len",
+            "answer_curve_min_ops",
         ]);
         let mut sorted = RUN_FIELDS.to_vec();
         sorted.sort();
@@ -765,6 +798,36 @@ pub(crate) mod tests {
             e.starts_with("encoding: unknown encoding `ropee`")
                 && e.contains("did you mean `rope`"),
             "{e}"
+        );
+        // answer_curve_min_ops: iGSM only, with an answer curve, in 1..=ops.
+        let mut c = tiny();
+        c.answer_curve_min_ops = 2;
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "answer_curve_min_ops = 2 is out of range: must be 0: answers are decoded for task igsm only"
+        );
+        c.task = TaskConfig::Igsm(tasks::igsm::IgsmParams {
+            ops: 3,
+            distractors: 0,
+            ..Default::default()
+        });
+        c.vocab_size = 72;
+        c.seq_len = 144;
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "answer_curve_min_ops = 2 is out of range: must be 0 when answer_curve is 0 (no answer curve is decoded)"
+        );
+        c.answer_curve = 4;
+        c.validate().unwrap();
+        c.answer_curve_min_ops = 4;
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "answer_curve_min_ops = 4 is out of range: must be in 2..=3"
+        );
+        c.answer_curve_min_ops = 1;
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "answer_curve_min_ops = 1 is out of range: must be in 2..=3"
         );
         // Ranges of an encoding's own parameters.
         let mut c = tiny();

@@ -202,7 +202,8 @@ pub fn flat_batch(examples: &[Example]) -> (Vec<usize>, Vec<usize>, Vec<f32>) {
 pub struct CurvePoint {
     /// Optimiser steps taken before this measurement.
     pub step: usize,
-    /// `train` (the step's own batch) or `eval` (held-out stream).
+    /// `train` (the step's own batch), `eval` (held-out stream) or `answers` (greedy answers on
+    /// held-out problems of another size, `answer_ops`; iGSM with `answer_curve_min_ops > 0`).
     pub split: &'static str,
     /// Mean cross-entropy on scored positions, nats.
     pub loss: f64,
@@ -221,8 +222,11 @@ pub struct CurvePoint {
     /// Argmax frequency of the pooled spectrum (eval rows).
     pub argmax_freq: Option<f64>,
     /// iGSM runs with `answer_curve > 0`: answer accuracy of greedy-decoded solutions of the first
-    /// `answer_curve` held-out problems (eval rows after step 0).
+    /// `answer_curve` held-out problems (eval rows after step 0; `split = "answers"` rows).
     pub answer_accuracy: Option<f64>,
+    /// Operations of the problems `answer_accuracy` was decoded on: the run's `ops` on eval rows,
+    /// `answer_curve_min_ops..ops` on `split = "answers"` rows; `None` where there is no answer.
+    pub answer_ops: Option<usize>,
 }
 
 /// Spectrum of one layer/head at one evaluation.
@@ -768,6 +772,7 @@ pub fn train(
             spectrum_entropy: Some(ev.summary.entropy),
             argmax_freq: Some(ev.summary.argmax_freq),
             answer_accuracy: None,
+            answer_ops: None,
         });
         for (layer, heads) in ev.energy.iter().enumerate() {
             for (head, e) in heads.iter().enumerate() {
@@ -820,6 +825,7 @@ pub fn train(
             spectrum_entropy: None,
             argmax_freq: None,
             answer_accuracy: None,
+            answer_ops: None,
         });
         progress(&Progress::Step {
             step: step + 1,
@@ -833,13 +839,17 @@ pub fn train(
             }
             let ev = evaluate(&model, cfg, device);
             record_eval(done, &ev, &mut curves);
+            let mut answer_accuracy = None;
             if cfg.answer_curve > 0 && cfg.task.kind() == crate::config::TaskKind::Igsm {
                 let held_out = crate::decode::ProblemSet::HeldOut;
                 let g =
                     crate::decode::igsm_generation(&model, cfg, device, cfg.answer_curve, held_out);
+                answer_accuracy = Some(g.answer_accuracy);
                 if let Some(point) = curves.last_mut() {
-                    point.answer_accuracy = Some(g.answer_accuracy);
+                    point.answer_accuracy = answer_accuracy;
+                    point.answer_ops = igsm_ops(cfg);
                 }
+                curves.extend(smaller_answer_points(&model, cfg, device, done));
             }
             progress(&Progress::Eval {
                 step: done,
@@ -847,7 +857,7 @@ pub fn train(
                 loss: ev.loss,
                 accuracy: ev.accuracy,
                 effective_freq: ev.summary.effective_freq,
-                answer_accuracy: curves.last().and_then(|p| p.answer_accuracy),
+                answer_accuracy,
             });
             layer_history.push(layer_effective_freqs(&ev.energy, &theta));
             last = Some(ev);
@@ -893,6 +903,69 @@ pub fn train(
         attention_lags,
     };
     (outcome, model)
+}
+
+/// The `ops` of an iGSM run (`None` for other tasks).
+fn igsm_ops(cfg: &RunConfig) -> Option<usize> {
+    match &cfg.task {
+        crate::config::TaskConfig::Igsm(p) => Some(p.ops),
+        _ => None,
+    }
+}
+
+/// `cfg` with its iGSM problems of exactly `ops` operations (no training mixture); other tasks
+/// unchanged.
+pub fn with_igsm_ops(cfg: &RunConfig, ops: usize) -> RunConfig {
+    let mut c = cfg.clone();
+    if let crate::config::TaskConfig::Igsm(p) = &mut c.task {
+        p.ops = ops;
+        p.min_ops = None;
+    }
+    c
+}
+
+/// The `split = "answers"` curve points of one evaluation after step `step`: greedy answer
+/// accuracy on `answer_curve` held-out problems of each size `answer_curve_min_ops..ops`
+/// (SCIENCE.md §5: one model's learning curve per number of operations). Empty unless
+/// `answer_curve_min_ops > 0`. `loss` is NaN on these rows (no loss is computed); `accuracy`
+/// repeats the answer accuracy.
+fn smaller_answer_points(
+    model: &Transformer,
+    cfg: &RunConfig,
+    device: &Device,
+    step: usize,
+) -> Vec<CurvePoint> {
+    let Some(ops) = igsm_ops(cfg) else {
+        return Vec::new();
+    };
+    if cfg.answer_curve == 0 || cfg.answer_curve_min_ops == 0 {
+        return Vec::new();
+    }
+    (cfg.answer_curve_min_ops..ops)
+        .map(|o| {
+            let g = crate::decode::igsm_generation(
+                model,
+                &with_igsm_ops(cfg, o),
+                device,
+                cfg.answer_curve,
+                crate::decode::ProblemSet::HeldOut,
+            );
+            CurvePoint {
+                step,
+                split: "answers",
+                loss: f64::NAN,
+                accuracy: g.answer_accuracy,
+                lr: lr_at(step.min(cfg.steps - 1), cfg),
+                grad_norm: None,
+                effective_freq: None,
+                effective_freq_batch_sd: None,
+                spectrum_entropy: None,
+                argmax_freq: None,
+                answer_accuracy: Some(g.answer_accuracy),
+                answer_ops: Some(o),
+            }
+        })
+        .collect()
 }
 
 /// Median of `xs` (0 when empty).
@@ -967,6 +1040,74 @@ mod tests {
         assert!((w[1] - (-2.0 * (1.0 - 0.001) - 0.01)).abs() < 1e-6, "{w:?}");
         assert!((b[0] - (0.5 - 0.01)).abs() < 1e-6, "{b:?}");
         assert!(toy.w.val().is_require_grad());
+    }
+
+    /// `answer_curve_min_ops`: every evaluation after step 0 carries the run's own `ops` on its
+    /// eval row and one `answers` row per smaller size, in order; the last ones equal a fresh
+    /// decoding of the final model at that size (same problems, same weights).
+    #[test]
+    fn answer_curves_per_ops_on_one_model() {
+        let mut c = tiny();
+        c.task = crate::config::TaskConfig::Igsm(tasks::igsm::IgsmParams {
+            ops: 4,
+            distractors: 0,
+            min_ops: Some(1),
+            ..Default::default()
+        });
+        c.vocab_size = 72;
+        c.seq_len = 144;
+        c.steps = 4;
+        c.eval_every = 2;
+        c.answer_curve = 3;
+        c.answer_curve_min_ops = 2;
+        c.validate().unwrap();
+        let device = Device::flex();
+        let (out, model) = train(&c, &device, &mut |_| {});
+        assert_eq!(out.status, RunStatus::Done);
+        let evals: Vec<(usize, Option<usize>)> = out
+            .curves
+            .iter()
+            .filter(|p| p.split == "eval")
+            .map(|p| (p.step, p.answer_ops))
+            .collect();
+        assert_eq!(evals, vec![(0, None), (2, Some(4)), (4, Some(4))]);
+        let answers: Vec<(usize, Option<usize>)> = out
+            .curves
+            .iter()
+            .filter(|p| p.split == "answers")
+            .map(|p| (p.step, p.answer_ops))
+            .collect();
+        assert_eq!(
+            answers,
+            vec![(2, Some(2)), (2, Some(3)), (4, Some(2)), (4, Some(3))]
+        );
+        for p in out
+            .curves
+            .iter()
+            .filter(|p| p.split == "answers" && p.step == 4)
+        {
+            let o = p.answer_ops.unwrap();
+            let g = crate::decode::igsm_generation(
+                &model,
+                &with_igsm_ops(&c, o),
+                &device,
+                3,
+                crate::decode::ProblemSet::HeldOut,
+            );
+            assert_eq!(p.answer_accuracy, Some(g.answer_accuracy));
+            assert_eq!(p.accuracy, g.answer_accuracy);
+            assert!(p.loss.is_nan());
+        }
+        // Problems of the smaller size: exactly `o` operations, no mixture.
+        let small = with_igsm_ops(&c, 2);
+        let crate::config::TaskConfig::Igsm(p) = &small.task else {
+            unreachable!()
+        };
+        assert_eq!((p.ops, p.min_ops), (2, None));
+        // Without it: no answers rows.
+        c.answer_curve_min_ops = 0;
+        let (out, _) = train(&c, &device, &mut |_| {});
+        assert!(out.curves.iter().all(|p| p.split != "answers"));
     }
 
     #[test]

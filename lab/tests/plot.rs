@@ -581,6 +581,72 @@ fn answer_curves_are_per_ops_over_seeds() {
     assert!(data::answer_curves_by_ops(&runs, &bare).unwrap().is_empty());
 }
 
+/// `answer_curve_min_ops`: one model's `answers` rows become curves of their own size beside the
+/// eval rows' (the run's `ops`); with models of several `ops` in the folder, the model's size is
+/// named.
+#[test]
+fn answer_curves_include_smaller_sizes_of_one_model() {
+    let runs = |rows: &[(&str, i64)]| {
+        let n = rows.len();
+        Table::from_batches(
+            "runs",
+            vec![
+                TableBuilder::new(n)
+                    .str("run_id", rows.iter().map(|r| r.0.to_string()).collect())
+                    .str("status", vec!["done".into(); n])
+                    .str("encoding", vec!["rope".into(); n])
+                    .i64("ops", rows.iter().map(|r| r.1).collect())
+                    .build(),
+            ],
+        )
+    };
+    // (run, split, step, answer accuracy, answer_ops)
+    let pts: [(&str, &str, i64, Option<f64>, Option<i64>); 7] = [
+        ("m", "eval", 0, None, None),
+        ("m", "eval", 1000, Some(0.25), Some(4)),
+        ("m", "answers", 1000, Some(0.5), Some(2)),
+        ("m", "answers", 1000, Some(0.375), Some(3)),
+        ("m", "eval", 2000, Some(0.5), Some(4)),
+        ("m", "answers", 2000, Some(1.0), Some(2)),
+        ("p", "eval", 1000, Some(0.75), None),
+    ];
+    let curves = Table::from_batches(
+        "curves",
+        vec![
+            TableBuilder::new(pts.len())
+                .str("run_id", pts.iter().map(|p| p.0.to_string()).collect())
+                .str("split", pts.iter().map(|p| p.1.to_string()).collect())
+                .i64("step", pts.iter().map(|p| p.2).collect())
+                .opt_f64("answer_accuracy", pts.iter().map(|p| p.3).collect())
+                .opt_i64("answer_ops", pts.iter().map(|p| p.4).collect())
+                .build(),
+        ],
+    );
+    // One model trained at ops 4 (run "p" absent from the runs table: not counted).
+    let c = data::answer_curves_by_ops(&runs(&[("m", 4)]), &curves).unwrap();
+    let labels: Vec<&str> = c.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(labels, ["ops 2", "ops 3", "ops 4"]);
+    let pts_of =
+        |i: usize| -> Vec<(f64, f64)> { c[i].points.iter().map(|p| (p.0, p.1.mean)).collect() };
+    assert_eq!(pts_of(0), [(1000.0, 0.5), (2000.0, 1.0)]);
+    assert_eq!(pts_of(1), [(1000.0, 0.375)]);
+    assert_eq!(pts_of(2), [(1000.0, 0.25), (2000.0, 0.5)]);
+    // With a model trained at ops 2 beside it (an eval row without answer_ops: its own ops),
+    // the curves name the model's size; ops 2 has two curves, the ops-2 model's first.
+    let c = data::answer_curves_by_ops(&runs(&[("m", 4), ("p", 2)]), &curves).unwrap();
+    let labels: Vec<&str> = c.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(
+        labels,
+        [
+            "ops 2 (model ops 2)",
+            "ops 2 (model ops 4)",
+            "ops 3 (model ops 4)",
+            "ops 4 (model ops 4)"
+        ]
+    );
+    assert!(close(c[0].points[0].1.mean, 0.75));
+}
+
 #[test]
 fn accuracy_vs_examples_has_a_panel_per_setting_and_counts_examples() {
     // Runs: (id, encoding, delta init, min_letters, max_letters, max_shift, min_abs_shift, sign, seed).
@@ -1175,4 +1241,74 @@ fn attention_panels_average_seeds_per_encoding_and_shape() {
     );
     assert!(close(panels[1].cells[0][0].as_ref().unwrap().mean, 0.5));
     assert_eq!(panels[0].labels.len(), data::ATTENTION_ROLES.len());
+}
+
+/// The main iGSM figure: each run's own `ops` from `runs`, the other sizes of the same model from
+/// its unscaled 1× evaluations (`config_json`'s `task.ops`); scaled, longer and ablated
+/// evaluations are left out; runs trained at several `ops` get a curve per model size.
+#[test]
+fn igsm_by_ops_adds_the_sizes_a_model_was_evaluated_on() {
+    let runs = |rows: &[(&str, i64, f64)]| {
+        let n = rows.len();
+        Table::from_batches(
+            "runs",
+            vec![
+                TableBuilder::new(n)
+                    .str("run_id", rows.iter().map(|r| r.0.to_string()).collect())
+                    .str("status", vec!["done".into(); n])
+                    .str("encoding", vec!["rope".into(); n])
+                    .i64("ops", rows.iter().map(|r| r.1).collect())
+                    .f64("answer_accuracy", rows.iter().map(|r| r.2).collect())
+                    .build(),
+            ],
+        )
+    };
+    let json = |ops: i64| format!(r#"{{"task":{{"kind":"igsm","ops":{ops}}},"seq_len":144}}"#);
+    // (run, length_ratio, scaling, ablate_band ("" or null: none), eval ops, answer accuracy)
+    let rows: [(&str, f64, &str, Option<&str>, i64, f64); 6] = [
+        ("m0", 1.0, "none", Some(""), 2, 1.0),
+        ("m1", 1.0, "none", None, 2, 0.5),
+        ("m0", 1.0, "none", Some(""), 3, 0.75),
+        ("m0", 2.0, "linear", Some(""), 2, 0.0),
+        ("m0", 1.0, "none", Some("near"), 2, 0.0),
+        ("m0", 1.0, "none", None, 4, 0.0),
+    ];
+    let evals = Table::from_batches(
+        "evals",
+        vec![
+            TableBuilder::new(rows.len())
+                .str("run_id", rows.iter().map(|r| r.0.to_string()).collect())
+                .f64("length_ratio", rows.iter().map(|r| r.1).collect())
+                .str("scaling", rows.iter().map(|r| r.2.to_string()).collect())
+                .opt_str(
+                    "ablate_band",
+                    rows.iter().map(|r| r.3.map(str::to_string)).collect(),
+                )
+                .str("config_json", rows.iter().map(|r| json(r.4)).collect())
+                .opt_f64("answer_accuracy", rows.iter().map(|r| Some(r.5)).collect())
+                .build(),
+        ],
+    );
+    let two_seeds = runs(&[("m0", 4, 0.5), ("m1", 4, 0.25)]);
+    let c = data::igsm_by_ops(&two_seeds, Some(&evals), "answer_accuracy").unwrap();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].label, "rope");
+    let pts: Vec<(f64, f64, usize)> = c[0]
+        .points
+        .iter()
+        .map(|p| (p.0, p.1.mean, p.1.values.len()))
+        .collect();
+    // ops 2: 1.0 and 0.5 (the 2× PI and the ablated rows left out); ops 3: m0 only; ops 4: the
+    // runs' own (the 1× evaluation at the run's own ops is not counted twice).
+    assert_eq!(pts, [(2.0, 0.75, 2), (3.0, 0.75, 1), (4.0, 0.375, 2)]);
+    // Without evaluations: the runs' own ops only.
+    let c = data::igsm_by_ops(&two_seeds, None, "answer_accuracy").unwrap();
+    assert_eq!(c[0].points.len(), 1);
+    // A model trained at ops 2 beside them: one curve per model size.
+    let mixed = runs(&[("m0", 4, 0.5), ("m1", 4, 0.25), ("p", 2, 0.125)]);
+    let c = data::igsm_by_ops(&mixed, Some(&evals), "answer_accuracy").unwrap();
+    let labels: Vec<&str> = c.iter().map(|c| c.label.as_str()).collect();
+    assert_eq!(labels, ["rope, model ops 2", "rope, model ops 4"]);
+    assert_eq!(c[0].points.len(), 1);
+    assert!(close(c[0].points[0].1.mean, 0.125));
 }

@@ -1060,6 +1060,99 @@ pub fn runs_curves(runs: &Table, x: &str, metric: &str) -> Result<Vec<Curve>, Pl
     Ok(curves_from(by))
 }
 
+/// iGSM: `metric` (`answer_accuracy` or `effective_freq`) against the number of operations of
+/// the evaluated problems, one curve per encoding over seeds. Each finished run gives a point at
+/// its own `ops` (`runs.<metric>`) and, when `evals` is given, one at every other size it was
+/// evaluated on at its training length unscaled (`evals` rows with `length_ratio = 1`, scaling
+/// `none`, `ablate_band` empty, `task.ops` of `config_json` ≠ the run's `ops`; e.g. the `quick`
+/// preset's `ops2` and `ops3`). When such points exist and the runs were trained at several `ops`,
+/// the curves are per model size (`rope, model ops 4`).
+///
+/// # Errors
+/// A missing column of `runs`, or of `evals` when given.
+pub fn igsm_by_ops(
+    runs: &Table,
+    evals: Option<&Table>,
+    metric: &str,
+) -> Result<Vec<Curve>, PlotError> {
+    let done = done_rows(runs)?;
+    let (ids, encs, ops, y) = (
+        runs.strs("run_id")?,
+        runs.strs("encoding")?,
+        runs.i64s("ops")?,
+        runs.f64s(metric)?,
+    );
+    // (encoding, model ops, evaluated ops, value)
+    let mut points: Vec<(String, i64, i64, f64)> = Vec::new();
+    let mut of_run: BTreeMap<String, (String, i64)> = BTreeMap::new();
+    for i in 0..runs.rows() {
+        let (true, Some(e), Some(k)) = (done[i], &encs[i], ops[i]) else {
+            continue;
+        };
+        if let Some(id) = &ids[i] {
+            of_run.insert(id.clone(), (e.clone(), k));
+        }
+        if let Some(v) = y[i]
+            && v.is_finite()
+        {
+            points.push((e.clone(), k, k, v));
+        }
+    }
+    if let Some(ev) = evals
+        && ev.has(metric)
+        && ev.has("config_json")
+    {
+        let (ev_ids, ratio, scaling, json, v) = (
+            ev.strs("run_id")?,
+            ev.f64s("length_ratio")?,
+            ev.strs("scaling")?,
+            ev.strs("config_json")?,
+            ev.f64s(metric)?,
+        );
+        let band = if ev.has("ablate_band") {
+            ev.strs("ablate_band")?
+        } else {
+            vec![None; ev.rows()]
+        };
+        for i in 0..ev.rows() {
+            let (Some(id), Some(r), Some(j), Some(v)) = (&ev_ids[i], ratio[i], &json[i], v[i])
+            else {
+                continue;
+            };
+            let unscaled = matches!(scaling[i].as_deref(), None | Some("none"));
+            let Some((e, k)) = of_run.get(id) else {
+                continue;
+            };
+            // `ablate_band` is "" (or null) on evaluations without an ablation.
+            let ablated = band[i].as_deref().is_some_and(|b| !b.is_empty());
+            if r != 1.0 || !unscaled || ablated || !v.is_finite() {
+                continue;
+            }
+            let o = serde_json::from_str::<serde_json::Value>(j)
+                .ok()
+                .and_then(|c| c.pointer("/task/ops")?.as_i64());
+            if let Some(o) = o
+                && o != *k
+            {
+                points.push((e.clone(), *k, o, v));
+            }
+        }
+    }
+    let trained: BTreeSet<i64> = points.iter().map(|p| p.1).collect();
+    let per_model = trained.len() > 1 && points.iter().any(|p| p.1 != p.2);
+    let mut by: BTreeMap<(usize, usize, String), BTreeMap<i64, Vec<f64>>> = BTreeMap::new();
+    for (e, k, o, v) in points {
+        let (rank, _, _) = label_rank(&e);
+        let key = if per_model {
+            (rank, k as usize, format!("{e}, model ops {k}"))
+        } else {
+            (rank, 0, e.clone())
+        };
+        by.entry(key).or_default().entry(o).or_default().push(v);
+    }
+    Ok(curves_from(by))
+}
+
 /// Held-out accuracy against training step, one curve per encoding over seeds (`curves`
 /// table's `eval` rows joined to the runs' encodings).
 pub fn eval_accuracy_curves(runs: &Table, curves: &Table) -> Result<Vec<Curve>, PlotError> {
@@ -1092,10 +1185,13 @@ pub fn eval_accuracy_curves(runs: &Table, curves: &Table) -> Result<Vec<Curve>, 
     Ok(curves_from(by))
 }
 
-/// iGSM: greedy answer accuracy against training step, one curve per (encoding, `ops`) over seeds
-/// (`curves.answer_accuracy`, written at every evaluation by runs with `answer_curve > 0`),
-/// labelled `ops 2` (or `pope, ops 2` when the finished runs have several encodings) and ordered
-/// by encoding, then `ops`. Empty when no run wrote the column.
+/// iGSM: greedy answer accuracy against training step, one curve per (encoding, evaluated `ops`)
+/// over seeds: the eval rows' `curves.answer_accuracy` (written at every evaluation by runs with
+/// `answer_curve > 0`, on problems of the run's own `ops`) and the `split = "answers"` rows of
+/// runs with `answer_curve_min_ops > 0` (the same model on problems of `answer_ops` operations).
+/// Labelled `ops 2` (or `pope, ops 2` when the finished runs have several encodings; with
+/// `(model ops 4)` appended when runs trained at several `ops` also decode other sizes), ordered
+/// by encoding, then evaluated `ops`, then the model's. Empty when no run wrote the column.
 pub fn answer_curves_by_ops(runs: &Table, curves: &Table) -> Result<Vec<Curve>, PlotError> {
     if !curves.has("answer_accuracy") {
         return Ok(Vec::new());
@@ -1122,24 +1218,49 @@ pub fn answer_curves_by_ops(runs: &Table, curves: &Table) -> Result<Vec<Curve>, 
         curves.i64s("step")?,
         curves.f64s("answer_accuracy")?,
     );
-    let mut by: BTreeMap<(usize, usize, String), BTreeMap<i64, Vec<f64>>> = BTreeMap::new();
+    let answer_ops = if curves.has("answer_ops") {
+        curves.i64s("answer_ops")?
+    } else {
+        vec![None; curves.rows()]
+    };
+    // (run, evaluated ops, step, answer accuracy) of every answer point of a finished run.
+    let mut points = Vec::new();
     for i in 0..curves.rows() {
-        if let (Some(id), Some("eval"), Some(s), Some(a)) =
-            (&c_ids[i], split[i].as_deref(), step[i], acc[i])
-            && let Some((e, k)) = of_run.get(id)
-            && a.is_finite()
-        {
-            let label = if several {
-                format!("{e}, ops {k}")
-            } else {
-                format!("ops {k}")
-            };
-            by.entry((label_rank(e).0, *k as usize, label))
-                .or_default()
-                .entry(s)
-                .or_default()
-                .push(a);
+        let (Some(id), Some(s), Some(a)) = (&c_ids[i], step[i], acc[i]) else {
+            continue;
+        };
+        let Some((e, k)) = of_run.get(id) else {
+            continue;
+        };
+        let o = match split[i].as_deref() {
+            Some("eval") => answer_ops[i].unwrap_or(*k),
+            Some("answers") => match answer_ops[i] {
+                Some(o) => o,
+                None => continue,
+            },
+            _ => continue,
+        };
+        if a.is_finite() {
+            points.push((e, *k, o, s, a));
         }
+    }
+    let trained: BTreeSet<i64> = points.iter().map(|p| p.1).collect();
+    let mixed = trained.len() > 1 && points.iter().any(|p| p.1 != p.2);
+    let mut by: BTreeMap<(usize, usize, String), BTreeMap<i64, Vec<f64>>> = BTreeMap::new();
+    for (e, k, o, s, a) in points {
+        let mut label = if several {
+            format!("{e}, ops {o}")
+        } else {
+            format!("ops {o}")
+        };
+        if mixed {
+            label.push_str(&format!(" (model ops {k})"));
+        }
+        by.entry((label_rank(e).0, o as usize * 1000 + k as usize, label))
+            .or_default()
+            .entry(s)
+            .or_default()
+            .push(a);
     }
     Ok(curves_from(by))
 }

@@ -12,8 +12,8 @@
 //! | `indirect-indexing` | `accuracy-vs-examples` | held-out accuracy vs examples seen (log), a panel per task setting |
 //! | `pi-self-similarity` | `pi-accuracy` | accuracy at s × L per scaling, dilated vs fixed tasks (grouped bars) |
 //! | `length-extrapolation` | `nll-vs-length` | value NLL and needle accuracy vs evaluation length per encoding/scaling |
-//! | `igsm-ops` | `igsm-ops` | answer accuracy and θ_eff vs number of operations |
-//! | `igsm-ops` | `igsm-answer-curves` | answer accuracy against training step per `ops` (runs with `answer_curve > 0`) |
+//! | `igsm-ops` | `igsm-ops` | answer accuracy and θ_eff vs number of operations (each run's own `ops` and the other sizes it was evaluated on at 1×) |
+//! | `igsm-ops` | `igsm-answer-curves` | answer accuracy against training step per `ops` (runs with `answer_curve > 0`; one model's several sizes with `answer_curve_min_ops`) |
 //! | `real-sequences` | `real-sequences-nll` | held-out NLL vs evaluation length per corpus, per encoding and RoPE scaling |
 //! | `mi-profiles` | `mi-profiles`, `mi-tasks` | corpora: MI vs lag per granularity, raw and rescaled to characters; synthetic tasks: MI vs lag |
 //!
@@ -503,8 +503,14 @@ fn draw_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, P
         }
         "igsm-ops" => {
             let runs = table("runs")?;
-            let acc = data::runs_curves(&runs, "ops", "answer_accuracy")?;
-            let theta = data::runs_curves(&runs, "ops", "effective_freq")?;
+            // The runs' own ops, and the other sizes their models were evaluated on (`quick`).
+            let evals = match table("evals") {
+                Ok(t) => Some(t),
+                Err(PlotError::MissingTable(_)) => None,
+                Err(e) => return Err(e),
+            };
+            let acc = data::igsm_by_ops(&runs, evals.as_ref(), "answer_accuracy")?;
+            let theta = data::igsm_by_ops(&runs, evals.as_ref(), "effective_freq")?;
             if theta.is_empty() {
                 return Err(empty("igsm-ops", "no finished run"));
             }

@@ -305,6 +305,10 @@ pub fn curves_table(cfg: &RunConfig, out: &TrainOutcome) -> RecordBatch {
             "answer_accuracy",
             c.iter().map(|p| p.answer_accuracy).collect(),
         )
+        .opt_i64(
+            "answer_ops",
+            c.iter().map(|p| p.answer_ops.map(|o| o as i64)).collect(),
+        )
         .build()
 }
 
