@@ -1265,8 +1265,9 @@ fn igsm_by_ops_adds_the_sizes_a_model_was_evaluated_on() {
     };
     let json = |ops: i64| format!(r#"{{"task":{{"kind":"igsm","ops":{ops}}},"seq_len":144}}"#);
     // (run, length_ratio, scaling, ablate_band ("" or null: none), eval ops, answer accuracy)
-    let rows: [(&str, f64, &str, Option<&str>, i64, f64); 6] = [
+    let rows: [(&str, f64, &str, Option<&str>, i64, f64); 7] = [
         ("m0", 1.0, "none", Some(""), 2, 1.0),
+        ("m0", 1.0, "none", Some(""), 2, 0.0),
         ("m1", 1.0, "none", None, 2, 0.5),
         ("m0", 1.0, "none", Some(""), 3, 0.75),
         ("m0", 2.0, "linear", Some(""), 2, 0.0),
@@ -1298,7 +1299,7 @@ fn igsm_by_ops_adds_the_sizes_a_model_was_evaluated_on() {
         .iter()
         .map(|p| (p.0, p.1.mean, p.1.values.len()))
         .collect();
-    // ops 2: 1.0 and 0.5 (the 2× PI and the ablated rows left out); ops 3: m0 only; ops 4: the
+    // ops 2: 1.0 and 0.5 (m0's repeat, the 2× PI and the ablated rows left out); ops 3: m0 only; ops 4: the
     // runs' own (the 1× evaluation at the run's own ops is not counted twice).
     assert_eq!(pts, [(2.0, 0.75, 2), (3.0, 0.75, 1), (4.0, 0.375, 2)]);
     // Without evaluations: the runs' own ops only.

@@ -1065,7 +1065,7 @@ pub fn runs_curves(runs: &Table, x: &str, metric: &str) -> Result<Vec<Curve>, Pl
 /// its own `ops` (`runs.<metric>`) and, when `evals` is given, one at every other size it was
 /// evaluated on at its training length unscaled (`evals` rows with `length_ratio = 1`, scaling
 /// `none`, `ablate_band` empty, `task.ops` of `config_json` ≠ the run's `ops`; e.g. the `quick`
-/// preset's `ops2` and `ops3`). When such points exist and the runs were trained at several `ops`,
+/// preset's `ops2` and `ops3`; the first of repeated evaluations of a run at one size). When such points exist and the runs were trained at several `ops`,
 /// the curves are per model size (`rope, model ops 4`).
 ///
 /// # Errors
@@ -1114,6 +1114,7 @@ pub fn igsm_by_ops(
         } else {
             vec![None; ev.rows()]
         };
+        let mut seen: BTreeSet<(String, i64)> = BTreeSet::new();
         for i in 0..ev.rows() {
             let (Some(id), Some(r), Some(j), Some(v)) = (&ev_ids[i], ratio[i], &json[i], v[i])
             else {
@@ -1131,8 +1132,10 @@ pub fn igsm_by_ops(
             let o = serde_json::from_str::<serde_json::Value>(j)
                 .ok()
                 .and_then(|c| c.pointer("/task/ops")?.as_i64());
+            // One point per (run, size): `lab eval` may have evaluated the same problems again.
             if let Some(o) = o
                 && o != *k
+                && seen.insert((id.clone(), o))
             {
                 points.push((e.clone(), *k, o, v));
             }
