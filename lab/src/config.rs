@@ -386,12 +386,14 @@ impl RunConfig {
                 ));
             }
             // ops = 1 has no held-out structure (too few shapes to split).
-            range(
-                "answer_curve_min_ops",
-                self.answer_curve_min_ops,
-                2,
-                p.ops.max(2),
-            )?;
+            if p.ops < 2 {
+                return Err(ConfigError::new(
+                    "answer_curve_min_ops",
+                    self.answer_curve_min_ops,
+                    "must be 0 when ops < 2 (no smaller size has held-out problems)",
+                ));
+            }
+            range("answer_curve_min_ops", self.answer_curve_min_ops, 2, p.ops)?;
         }
         let task = self.task();
         task.validate()
@@ -799,7 +801,7 @@ pub(crate) mod tests {
                 && e.contains("did you mean `rope`"),
             "{e}"
         );
-        // answer_curve_min_ops: iGSM only, with an answer curve, in 1..=ops.
+        // answer_curve_min_ops: iGSM only, with an answer curve, in 2..=ops.
         let mut c = tiny();
         c.answer_curve_min_ops = 2;
         assert_eq!(

@@ -1065,8 +1065,9 @@ pub fn runs_curves(runs: &Table, x: &str, metric: &str) -> Result<Vec<Curve>, Pl
 /// its own `ops` (`runs.<metric>`) and, when `evals` is given, one at every other size it was
 /// evaluated on at its training length unscaled (`evals` rows with `length_ratio = 1`, scaling
 /// `none`, `ablate_band` empty, `task.ops` of `config_json` ≠ the run's `ops`; e.g. the `quick`
-/// preset's `ops2` and `ops3`; the first of repeated evaluations of a run at one size). When such points exist and the runs were trained at several `ops`,
-/// the curves are per model size (`rope, model ops 4`).
+/// preset's `ops2` and `ops3`; of repeated evaluations of a run at one size, the first). When
+/// such points exist and the runs were trained at several `ops`, the curves are per model size
+/// (`rope, model ops 4`).
 ///
 /// # Errors
 /// A missing column of `runs`, or of `evals` when given.
