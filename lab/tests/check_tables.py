@@ -44,7 +44,7 @@ EXPECTED = {
         "schema_version": I32, "run_id": S, "step": I64, "split": S, "loss": F64,
         "accuracy": F64, "lr": F64, "grad_norm": F64, "effective_freq": F64,
         "effective_freq_batch_sd": F64, "spectrum_entropy": F64, "argmax_freq": F64,
-        "answer_accuracy": F64,
+        "answer_accuracy": F64, "answer_ops": I64,
     },
     "spectrum": {
         "schema_version": I32, "run_id": S, "encoding": S, "step": I64, "layer": I64,
