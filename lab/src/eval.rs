@@ -361,6 +361,18 @@ pub fn eval_model(
         }
         h.finalize().to_hex()[..16].to_string()
     };
+    // The generation's parts, moved out of it (not cloned).
+    let (answer_accuracy, solution_valid, answers_by_depth, first_errors, solution_role_accuracy) =
+        match generation {
+            Some((g, by_role)) => (
+                Some(g.answer_accuracy),
+                Some(g.solution_valid),
+                Some(g.by_depth),
+                Some(g.first_errors),
+                Some(by_role),
+            ),
+            None => (None, None, None, None, None),
+        };
     let out = EvalOutcome {
         train_seq_len: train_cfg.seq_len,
         loss: ev.loss,
@@ -374,11 +386,11 @@ pub fn eval_model(
         eval_id,
         config: cfg,
         ablate: req.ablate.clone(),
-        answer_accuracy: generation.as_ref().map(|g| g.0.answer_accuracy),
-        solution_valid: generation.as_ref().map(|g| g.0.solution_valid),
-        answers_by_depth: generation.as_ref().map(|g| g.0.by_depth.clone()),
-        first_errors: generation.as_ref().map(|g| g.0.first_errors.clone()),
-        solution_role_accuracy: generation.map(|g| g.1),
+        answer_accuracy,
+        solution_valid,
+        answers_by_depth,
+        first_errors,
+        solution_role_accuracy,
     };
     Ok((out, scaling))
 }
