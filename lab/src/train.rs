@@ -926,7 +926,7 @@ pub fn with_igsm_ops(cfg: &RunConfig, ops: usize) -> RunConfig {
 
 /// The `split = "answers"` curve points of one evaluation after step `step`: greedy answer
 /// accuracy on `answer_curve` held-out problems of each size `answer_curve_min_ops..ops`
-/// (SCIENCE.md §5: one model's learning curve per number of operations). Empty unless
+/// (issue 19: learning curves of answer accuracy per `ops`, here of one model). Empty unless
 /// `answer_curve_min_ops > 0`. `loss` is NaN on these rows (no loss is computed); `accuracy`
 /// repeats the answer accuracy.
 fn smaller_answer_points(
