@@ -581,25 +581,30 @@ fn answer_curves_are_per_ops_over_seeds() {
     assert!(data::answer_curves_by_ops(&runs, &bare).unwrap().is_empty());
 }
 
+/// A finished-runs table of iGSM RoPE runs: (run id, `ops`, `answer_accuracy`).
+fn igsm_runs(rows: &[(&str, i64, f64)]) -> Table {
+    let n = rows.len();
+    Table::from_batches(
+        "runs",
+        vec![
+            TableBuilder::new(n)
+                .str("run_id", rows.iter().map(|r| r.0.to_string()).collect())
+                .str("status", vec!["done".into(); n])
+                .str("encoding", vec!["rope".into(); n])
+                .i64("ops", rows.iter().map(|r| r.1).collect())
+                .f64("answer_accuracy", rows.iter().map(|r| r.2).collect())
+                .build(),
+        ],
+    )
+}
+
 /// `answer_curve_min_ops`: one model's `answers` rows become curves of their own size beside the
 /// eval rows' (the run's `ops`); with models of several `ops` in the folder, the model's size is
 /// named.
 #[test]
 fn answer_curves_include_smaller_sizes_of_one_model() {
-    let runs = |rows: &[(&str, i64)]| {
-        let n = rows.len();
-        Table::from_batches(
-            "runs",
-            vec![
-                TableBuilder::new(n)
-                    .str("run_id", rows.iter().map(|r| r.0.to_string()).collect())
-                    .str("status", vec!["done".into(); n])
-                    .str("encoding", vec!["rope".into(); n])
-                    .i64("ops", rows.iter().map(|r| r.1).collect())
-                    .build(),
-            ],
-        )
-    };
+    let runs =
+        |rows: &[(&str, i64)]| igsm_runs(&rows.iter().map(|r| (r.0, r.1, 0.0)).collect::<Vec<_>>());
     // (run, split, step, answer accuracy, answer_ops)
     let pts: [(&str, &str, i64, Option<f64>, Option<i64>); 7] = [
         ("m", "eval", 0, None, None),
@@ -1248,21 +1253,7 @@ fn attention_panels_average_seeds_per_encoding_and_shape() {
 /// evaluations are left out; runs trained at several `ops` get a curve per model size.
 #[test]
 fn igsm_by_ops_adds_the_sizes_a_model_was_evaluated_on() {
-    let runs = |rows: &[(&str, i64, f64)]| {
-        let n = rows.len();
-        Table::from_batches(
-            "runs",
-            vec![
-                TableBuilder::new(n)
-                    .str("run_id", rows.iter().map(|r| r.0.to_string()).collect())
-                    .str("status", vec!["done".into(); n])
-                    .str("encoding", vec!["rope".into(); n])
-                    .i64("ops", rows.iter().map(|r| r.1).collect())
-                    .f64("answer_accuracy", rows.iter().map(|r| r.2).collect())
-                    .build(),
-            ],
-        )
-    };
+    let runs = igsm_runs;
     let json = |ops: i64| format!(r#"{{"task":{{"kind":"igsm","ops":{ops}}},"seq_len":144}}"#);
     // (run, length_ratio, scaling, ablate_band ("" or null: none), eval ops, answer accuracy)
     let rows: [(&str, f64, &str, Option<&str>, i64, f64); 7] = [
