@@ -831,6 +831,16 @@ pub(crate) mod tests {
             c.validate().unwrap_err().to_string(),
             "answer_curve_min_ops = 1 is out of range: must be in 2..=3"
         );
+        c.task = TaskConfig::Igsm(tasks::igsm::IgsmParams {
+            ops: 1,
+            distractors: 0,
+            ..Default::default()
+        });
+        c.answer_curve_min_ops = 2;
+        assert_eq!(
+            c.validate().unwrap_err().to_string(),
+            "answer_curve_min_ops = 2 is out of range: must be 0 when ops < 2 (no smaller size has held-out problems)"
+        );
         // Ranges of an encoding's own parameters.
         let mut c = tiny();
         c.encoding = EncodingConfig::PRope(PRopeParams { rope_p: 0.01 });
