@@ -450,31 +450,13 @@ pub fn render(
             plot_error = Some(e.to_string());
         }
     }
-    let mut figures = Vec::new();
-    let mut missing = Vec::new();
-    let mut fig_html = String::new();
-    for stem in &stems {
-        let path = fig_dir.join(format!("{stem}.svg"));
-        match std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|t| inline_svg(&t))
-        {
-            Some(svg) => {
-                let _ = write!(
-                    fig_html,
-                    "<figure id=\"fig-{stem}\" class=\"lab-figure\">{svg}<figcaption><b>{stem}</b> — {}</figcaption></figure>",
-                    esc(plot::figure_caption(sweep, stem))
-                );
-                figures.push(stem.to_string());
-            }
-            None => missing.push(format!(
-                "{stem}: {}",
-                plot_error
-                    .clone()
-                    .unwrap_or_else(|| "not drawn (the sweep has no data for it)".to_string())
-            )),
-        }
-    }
+    let optional: Vec<&str> = plot::OPTIONAL_FIGURES
+        .iter()
+        .find(|(n, _)| *n == sweep)
+        .map(|(_, f)| f.to_vec())
+        .unwrap_or_default();
+    let (fig_html, figures, missing) =
+        figures_html(sweep, &fig_dir, &stems, &optional, plot_error.as_deref());
 
     let mut h = String::new();
     let _ = write!(
@@ -667,6 +649,45 @@ pub fn render(
     Ok((h, figures, missing))
 }
 
+/// The report's figures: each of `stems` (the sweep's figures, [`plot::SWEEP_FIGURES`]) inlined
+/// from `fig_dir/<stem>.svg` with its caption, or listed as missing (with `plot_error` when the
+/// drawing failed); then each of `optional` ([`plot::OPTIONAL_FIGURES`]) that is there, the others
+/// left out without a word. Returns the HTML, the stems inlined and the missing ones.
+fn figures_html(
+    sweep: &str,
+    fig_dir: &Path,
+    stems: &[&str],
+    optional: &[&str],
+    plot_error: Option<&str>,
+) -> (String, Vec<String>, Vec<String>) {
+    let mut figures = Vec::new();
+    let mut missing = Vec::new();
+    let mut fig_html = String::new();
+    let required = stems.iter().map(|s| (s, true));
+    for (stem, required) in required.chain(optional.iter().map(|s| (s, false))) {
+        let path = fig_dir.join(format!("{stem}.svg"));
+        match std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| inline_svg(&t))
+        {
+            Some(svg) => {
+                let _ = write!(
+                    fig_html,
+                    "<figure id=\"fig-{stem}\" class=\"lab-figure\">{svg}<figcaption><b>{stem}</b> — {}</figcaption></figure>",
+                    esc(plot::figure_caption(sweep, stem))
+                );
+                figures.push(stem.to_string());
+            }
+            None if required => missing.push(format!(
+                "{stem}: {}",
+                plot_error.unwrap_or("not drawn (the sweep has no data for it)")
+            )),
+            None => {}
+        }
+    }
+    (fig_html, figures, missing)
+}
+
 /// Render the report (see [`render`]) and write it to `out` atomically.
 ///
 /// # Errors
@@ -692,6 +713,48 @@ pub fn write_report(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sweep's own figures are inlined or listed as missing; an optional one only when drawn.
+    #[test]
+    fn optional_figures_are_inlined_only_when_drawn() {
+        let dir = std::env::temp_dir().join(format!("lab-report-figs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let svg =
+            "<svg width=\"10\" height=\"10\" xmlns=\"http://www.w3.org/2000/svg\"><rect/></svg>";
+        std::fs::write(dir.join("igsm-ops.svg"), svg).unwrap();
+        let (html, figures, missing) = figures_html(
+            "igsm-ops",
+            &dir,
+            &["igsm-ops"],
+            &["igsm-answer-curves"],
+            None,
+        );
+        assert_eq!(figures, ["igsm-ops"]);
+        assert!(missing.is_empty(), "{missing:?}");
+        assert!(html.contains("id=\"fig-igsm-ops\"") && !html.contains("fig-igsm-answer-curves"));
+        std::fs::write(dir.join("igsm-answer-curves.svg"), svg).unwrap();
+        let (html, figures, _) = figures_html(
+            "igsm-ops",
+            &dir,
+            &["igsm-ops"],
+            &["igsm-answer-curves"],
+            None,
+        );
+        assert_eq!(figures, ["igsm-ops", "igsm-answer-curves"]);
+        assert!(html.contains(&esc(plot::figure_caption("igsm-ops", "igsm-answer-curves"))));
+        // A required figure that is not there is named, with the drawing's error.
+        std::fs::remove_file(dir.join("igsm-ops.svg")).unwrap();
+        let (_, figures, missing) = figures_html(
+            "igsm-ops",
+            &dir,
+            &["igsm-ops"],
+            &[],
+            Some("no finished run"),
+        );
+        assert!(figures.is_empty());
+        assert_eq!(missing, ["igsm-ops: no finished run"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn escaping_covers_the_five_html_characters() {

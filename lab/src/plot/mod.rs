@@ -136,6 +136,10 @@ pub const SWEEP_FIGURES: &[(&str, &[&str])] = &[
     ("real-sequences", &["real-sequences-nll"]),
 ];
 
+/// Figures drawn only when the results hold their data (`lab report` inlines them when they are
+/// there): iGSM answer curves need runs with `answer_curve > 0`.
+pub const OPTIONAL_FIGURES: &[(&str, &[&str])] = &[("igsm-ops", &["igsm-answer-curves"])];
+
 /// The caption of figure `stem` of sweep `sweep` (what it shows and how to read it; the table in
 /// the module docs), empty for an unknown pair.
 pub fn figure_caption(sweep: &str, stem: &str) -> &'static str {
@@ -172,6 +176,9 @@ pub fn figure_caption(sweep: &str, stem: &str) -> &'static str {
         }
         ("igsm-ops", "igsm-ops") => {
             "iGSM: answer accuracy (greedy decoding) and θ_eff against the number of operations per problem."
+        }
+        ("igsm-ops", "igsm-answer-curves") => {
+            "iGSM: greedy answers on held-out problems against the training step, one curve per number of operations (with answer_curve_min_ops, the same model's answers at each size): which sizes are learned, and in which order."
         }
         ("real-sequences", "real-sequences-nll") => {
             "Held-out NLL against evaluation length per corpus, per encoding and RoPE scaling, trained at 1×."
