@@ -663,8 +663,8 @@ fn figures_html(
     let mut figures = Vec::new();
     let mut missing = Vec::new();
     let mut fig_html = String::new();
-    let required = stems.iter().map(|s| (s, true));
-    for (stem, required) in required.chain(optional.iter().map(|s| (s, false))) {
+    let all = stems.iter().map(|s| (s, true));
+    for (stem, required) in all.chain(optional.iter().map(|s| (s, false))) {
         let path = fig_dir.join(format!("{stem}.svg"));
         match std::fs::read_to_string(&path)
             .ok()
