@@ -802,17 +802,20 @@ pub(crate) mod tests {
             "{e}"
         );
         // answer_curve_min_ops: iGSM only, with an answer curve, in 2..=ops.
+        let igsm = |ops| {
+            TaskConfig::Igsm(tasks::igsm::IgsmParams {
+                ops,
+                distractors: 0,
+                ..Default::default()
+            })
+        };
         let mut c = tiny();
         c.answer_curve_min_ops = 2;
         assert_eq!(
             c.validate().unwrap_err().to_string(),
             "answer_curve_min_ops = 2 is out of range: must be 0: answers are decoded for task igsm only"
         );
-        c.task = TaskConfig::Igsm(tasks::igsm::IgsmParams {
-            ops: 3,
-            distractors: 0,
-            ..Default::default()
-        });
+        c.task = igsm(3);
         c.vocab_size = 72;
         c.seq_len = 144;
         assert_eq!(
@@ -831,11 +834,7 @@ pub(crate) mod tests {
             c.validate().unwrap_err().to_string(),
             "answer_curve_min_ops = 1 is out of range: must be in 2..=3"
         );
-        c.task = TaskConfig::Igsm(tasks::igsm::IgsmParams {
-            ops: 1,
-            distractors: 0,
-            ..Default::default()
-        });
+        c.task = igsm(1);
         c.answer_curve_min_ops = 2;
         assert_eq!(
             c.validate().unwrap_err().to_string(),

@@ -915,7 +915,7 @@ fn igsm_ops(cfg: &RunConfig) -> Option<usize> {
 
 /// `cfg` with its iGSM problems of exactly `ops` operations (no training mixture); other tasks
 /// unchanged.
-pub fn with_igsm_ops(cfg: &RunConfig, ops: usize) -> RunConfig {
+fn with_igsm_ops(cfg: &RunConfig, ops: usize) -> RunConfig {
     let mut c = cfg.clone();
     if let crate::config::TaskConfig::Igsm(p) = &mut c.task {
         p.ops = ops;
@@ -926,9 +926,9 @@ pub fn with_igsm_ops(cfg: &RunConfig, ops: usize) -> RunConfig {
 
 /// The `split = "answers"` curve points of one evaluation after step `step`: greedy answer
 /// accuracy on `answer_curve` held-out problems of each size `answer_curve_min_ops..ops`
-/// (issue 19: learning curves of answer accuracy per `ops`, here of one model). Empty unless
-/// `answer_curve_min_ops > 0`. `loss` is NaN on these rows (no loss is computed); `accuracy`
-/// repeats the answer accuracy.
+/// (issue 19: learning curves of answer accuracy per `ops`, here of one model), for a run with
+/// `answer_curve > 0` (the caller's condition). Empty unless `answer_curve_min_ops > 0`. `loss`
+/// is NaN on these rows (no loss is computed); `accuracy` repeats the answer accuracy.
 fn smaller_answer_points(
     model: &Transformer,
     cfg: &RunConfig,
@@ -938,7 +938,7 @@ fn smaller_answer_points(
     let Some(ops) = igsm_ops(cfg) else {
         return Vec::new();
     };
-    if cfg.answer_curve == 0 || cfg.answer_curve_min_ops == 0 {
+    if cfg.answer_curve_min_ops == 0 {
         return Vec::new();
     }
     (cfg.answer_curve_min_ops..ops)
