@@ -19,7 +19,7 @@
 # Either needs a CUDA driver (cubecl-cuda loads it and NVRTC at run time) and a CUDA build of
 # PyTorch >= 2.5 (FlexAttention) for the baselines. Writes into $OUT (default results/bench/gpu):
 # gpu.txt, ldd.txt, selfcheck.txt, cube.jsonl, cube-split.jsonl, cube-cmma.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
-# train-step-lab.json, train-step-lab.log, train-step-torch.jsonl, cubecl-compile.log, cubecl-autotune.log, indirect-full.log (+ indirect-full/).
+# train-step-lab.json, train-step-lab.log, train-step-lab-warm.json, train-step-lab-warm.log, train-step-torch.jsonl, kernel-cache-size.txt, cubecl-compile.log, cubecl-autotune.log, indirect-full.log (+ indirect-full/).
 #
 # Order (2026-12-04, after the first GPU run): what was never measured comes first, each step under its own limit
 # so that one slow step cannot take the rest: the training step (TRAIN_S, 150 s: the first run's `lab bench
@@ -30,7 +30,8 @@
 # $OUT/cubecl-*.log, to see where a slow first step goes.
 #
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
-# TRAIN_S, TRAIN_STEPS (10), FLEX_SEQS, FLEX_DTYPES, FLEX_S, SELFCHECK (1), SDPA_S (60), ATTN_S (90),
+# TRAIN_S, TRAIN_STEPS (10), TRAIN_WARM_S (60: the step again with the kernel cache warm), LAB_KERNEL_CACHE and
+# KEEP_KERNEL_CACHE (the cache's folder, emptied at the start unless KEEP_KERNEL_CACHE=1), FLEX_SEQS, FLEX_DTYPES, FLEX_S, SELFCHECK (1), SDPA_S (60), ATTN_S (90),
 # SPLIT_S (60) and SPLIT_ENCODINGS (nope,pope,tapa: the op again with --strategy tiled-split, into cube-split.jsonl),
 # CMMA_S (45) and CMMA_ENCODINGS (nope,rope,pope,tapa: the op again with --strategy cmma, into cube-cmma.jsonl),
 # BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine), INDIRECT_S (seconds of indirect-indexing `full`, 45),
@@ -56,6 +57,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 TRAIN_S=${TRAIN_S:-150}
 TRAIN_STEPS=${TRAIN_STEPS:-10}
+TRAIN_WARM_S=${TRAIN_WARM_S:-60}
 FLEX_SEQS=${FLEX_SEQS:-4096}
 FLEX_DTYPES=${FLEX_DTYPES:-bf16}
 FLEX_S=${FLEX_S:-100}
@@ -68,6 +70,12 @@ CMMA_ENCODINGS=${CMMA_ENCODINGS:-nope,rope,pope,tapa}
 SELFCHECK=${SELFCHECK:-1}
 T0=$(date +%s)
 section() { echo "== [$(date -u +%H:%M:%S), +$(( $(date +%s) - T0 )) s] $*"; }
+# CubeCL's on-disk kernel cache (lab/src/kernels/kernel_cache.rs): emptied here so that the first training
+# step below pays every compilation and autotune (cold), the second `lab bench train-step` shows the same step
+# with every kernel cached (warm), and the sweeps after them run as a long sweep's later runs would.
+# KEEP_KERNEL_CACHE=1 keeps what an earlier run of this script left.
+export LAB_KERNEL_CACHE=${LAB_KERNEL_CACHE:-${TMPDIR:-/tmp}/lab-kernel-cache}
+if [[ ${KEEP_KERNEL_CACHE:-0} != 1 ]]; then rm -rf "$LAB_KERNEL_CACHE"; fi
 # CubeCL reads cubecl.toml from the working directory: log compilations and autotune decisions on CUDA.
 if [[ $BACKEND == cuda && ! -e cubecl.toml ]]; then
     cat > cubecl.toml <<TOML
@@ -121,6 +129,12 @@ timeout "$TRAIN_S" "$LAB" bench train-step --preset "${PRESET:-quick}" --backend
     --warmup 2 --steps "$TRAIN_STEPS" > "$OUT/train-step-lab.json" 2> >(tee "$OUT/train-step-lab.log" >&2) \
     || echo "lab train-step stopped (exit $?)"   # the .log has one line per step as it ends (the first: compiles)
 cat "$OUT/train-step-lab.json"
+# The same step in a second process: every kernel and autotune decision now comes from the cache.
+section "the training step again, warm kernel cache ($LAB_KERNEL_CACHE; at most $TRAIN_WARM_S s)"
+timeout "$TRAIN_WARM_S" "$LAB" bench train-step --preset "${PRESET:-quick}" --backend "$BACKEND" --attention fused \
+    --warmup 2 --steps "$TRAIN_STEPS" > "$OUT/train-step-lab-warm.json" 2> >(tee "$OUT/train-step-lab-warm.log" >&2) \
+    || echo "lab train-step (warm) stopped (exit $?)"
+cat "$OUT/train-step-lab-warm.json"
 if [[ -s "$OUT/train-step-lab.json" ]]; then
     "$PYTHON" "$HERE/torch_baseline.py" --shape "$OUT/train-step-lab.json" --device cuda | tee "$OUT/train-step-torch.jsonl" \
         || echo "PyTorch train-step failed"
@@ -195,4 +209,5 @@ timeout "${SWEEP_S:-45}" "$LAB" sweep block-width --backend "$BACKEND" --jobs "$
 echo "runs finished in ${SWEEP_S:-45} s with ${SWEEP_JOBS:-4} jobs: $(ls "$OUT"/block-width/runs/*/runs.parquet 2>/dev/null | wc -l)" \
     | tee "$OUT/block-width-throughput.txt"
 
+du -sh "$LAB_KERNEL_CACHE" 2>/dev/null | tee "$OUT/kernel-cache-size.txt" || true
 section "done"

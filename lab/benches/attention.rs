@@ -14,8 +14,8 @@ use burn::tensor::{Device, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use lab::kernels::cpu::{KernelEncoding, Shape4, flash_backward, flash_forward};
 use lab::model::{
-    Encoding, EncodingConfig, ModelConfig, PairLayout, PositionalAttention, TapaPhase,
-    causal_attention, causal_mask,
+    Encoding, EncodingConfig, ModelConfig, PositionalAttention, TapaPhase, causal_attention,
+    causal_mask,
 };
 
 /// Global allocator that records the current and peak number of live heap bytes.

@@ -7,6 +7,8 @@
 //! - [`gemm`]: strided matrix products through the `gemm` crate.
 //! - `cube` (features `wgpu` / `cuda`): the same flash-style attention as CubeCL kernels, for
 //!   NoPE, RoPE, PoPE and TAPA, behind the same backend extension.
+//! - [`kernel_cache`]: CubeCL's on-disk cache of compiled kernels and autotune decisions
+//!   (`LAB_KERNEL_CACHE`), so the runs of a GPU sweep do not each compile everything again.
 
 /// Runs `$impl(args)` compiled for AVX-512, AVX2+FMA or the baseline, whichever the CPU has, so
 /// that the loops `$impl` inlines vectorise at the machine's width (the crate itself is compiled
@@ -46,6 +48,7 @@ pub mod cpu;
 pub mod cube;
 pub mod fused;
 pub mod gemm;
+pub mod kernel_cache;
 pub mod map;
 pub mod pointwise;
 

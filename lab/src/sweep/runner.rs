@@ -59,18 +59,25 @@ impl Backend {
     /// The burn device (not autodiff; training wraps it).
     ///
     /// # Errors
-    /// [`SweepError::Backend`] when the backend's cargo feature was not compiled in, or (`cuda`)
-    /// when the machine has no CUDA driver library to load.
+    /// [`SweepError::Backend`] when the backend's cargo feature was not compiled in, (`cuda`)
+    /// when the machine has no CUDA driver library to load, or (`wgpu`, `cuda`) when
+    /// `LAB_KERNEL_CACHE` holds a value [`crate::kernels::kernel_cache::CacheSetting::parse`]
+    /// refuses. On `wgpu` and `cuda` it first installs CubeCL's configuration with the kernel
+    /// cache ([`crate::kernels::kernel_cache::configure`]).
     pub fn device(self) -> Result<burn::tensor::Device, SweepError> {
         match self {
             Backend::Cpu => Ok(burn::tensor::Device::flex()),
             #[cfg(feature = "wgpu")]
-            Backend::Wgpu => Ok(burn::tensor::Device::wgpu(
-                burn::tensor::DeviceKind::DefaultDevice,
-            )),
+            Backend::Wgpu => {
+                crate::kernels::kernel_cache::configure().map_err(SweepError::Backend)?;
+                Ok(burn::tensor::Device::wgpu(
+                    burn::tensor::DeviceKind::DefaultDevice,
+                ))
+            }
             #[cfg(feature = "cuda")]
             Backend::Cuda => {
                 cuda_driver_loadable()?;
+                crate::kernels::kernel_cache::configure().map_err(SweepError::Backend)?;
                 Ok(burn::tensor::Device::cuda(0))
             }
             #[allow(unreachable_patterns)]
