@@ -6,9 +6,10 @@
 //! every new shape key. A sweep starts one `lab run-one` process per run, so without a cache on
 //! disk every run pays for all of it again. On the H200 (2026-12-04, docs/performance.md) a
 //! quick-preset training step did not finish within 60 s and four block-width runs sharing the GPU
-//! finished none of their 300 steps in 45 s; on lavapipe the first step of `lab bench train-step
-//! --preset quick --backend wgpu` takes 20.3 s against 2.2 s for the next ones (82 kernels
-//! compiled in that first step).
+//! finished none of their 300 steps in 45 s. On lavapipe, with the `cuda` feature set built for
+//! `wgpu` (fusion, autotune), the first step of `lab bench train-step --preset quick --backend
+//! wgpu` takes 70 s against 1.9 s for the next ones, and 21 s when this cache is warm
+//! (docs/performance.md, "The kernel cache").
 //!
 //! With the cargo feature `kernel-cache` (part of `cuda`), CubeCL's `persistence` keeps compiled
 //! kernels (PTX on CUDA, SPIR-V on wgpu) and autotune decisions in a database in CubeCL's
@@ -28,10 +29,12 @@ pub enum CacheSetting {
     /// Unset, empty or `on`: kernels and autotune decisions cached in CubeCL's environment
     /// directory (module docs), or where a `cubecl.toml` puts it.
     On,
-    /// `off`: nothing read or written on disk; each process compiles and tunes afresh.
+    /// `off`: no kernel or autotune decision read from or written to disk; each process compiles
+    /// and tunes afresh.
     Off,
-    /// An absolute path: the cache in that directory (created on first use), e.g. a shared file
-    /// system for the runs of a Slurm array.
+    /// An absolute path: the cache in that directory (created on first use). It is a database
+    /// with a write-ahead log (`default.db`, `-wal`, `-tshm` files), so keep it on a local disk
+    /// (a node's scratch on a cluster), not a network file system.
     Directory(std::path::PathBuf),
 }
 
