@@ -8,8 +8,8 @@
 //! quick-preset training step did not finish within 60 s and four block-width runs sharing the GPU
 //! finished none of their 300 steps in 45 s. On lavapipe, with the `cuda` feature set built for
 //! `wgpu` (fusion, autotune), the first step of `lab bench train-step --preset quick --backend
-//! wgpu` takes 70 s against 1.9 s for the next ones, and 21 s when this cache is warm
-//! (docs/performance.md, "The kernel cache").
+//! wgpu` takes 70 s against 1.9 s for the next ones, and 21 s when this cache is warm (Mesa's own
+//! shader cache off; 7–8 s with it: docs/performance.md, "The kernel cache").
 //!
 //! With the cargo feature `kernel-cache` (part of `cuda`), CubeCL's `persistence` keeps compiled
 //! kernels (PTX on CUDA, SPIR-V on wgpu) and autotune decisions in a database in CubeCL's
