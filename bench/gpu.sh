@@ -21,13 +21,14 @@
 # gpu.txt, ldd.txt, selfcheck.txt, cube.jsonl, cube-split.jsonl, cube-cmma.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
 # train-step-lab.json, train-step-lab.log, train-step-lab-warm.json, train-step-lab-warm.log, train-step-torch.jsonl, kernel-cache-size.txt, cubecl-compile.log, cubecl-autotune.log, indirect-full.log (+ indirect-full/).
 #
-# Order (2026-12-04, after the first GPU run): what was never measured comes first, each step under its own limit
-# so that one slow step cannot take the rest: the training step (TRAIN_S, 150 s: the first run's `lab bench
-# train-step` printed nothing within 60 s), the lab's attention op, PyTorch SDPA, FlexAttention (compiles one kernel
-# per encoding, dtype and length: FLEX_SEQS 4096 and FLEX_DTYPES bf16 by default, FLEX_S 100 s), the selfcheck
-# (114 s on the H200; SELFCHECK=0 skips it), indirect-indexing, the sweep. Every section is stamped with the time,
-# and on CUDA a cubecl.toml (removed at exit) logs CubeCL's kernel compilations and autotune decisions into
-# $OUT/cubecl-*.log, to see where a slow first step goes.
+# Order (2026-12-05): what was never measured comes first, each step under its own limit so that one slow step
+# cannot take the rest: the training step cold (TRAIN_S, 150 s: the first GPU run's `lab bench train-step` printed
+# nothing within 60 s) and warm (TRAIN_WARM_S, 60 s: the kernel cache filled by the cold one), the block-width
+# sweep's runs/hour (SWEEP_S), the selfcheck (114 s on the H200; its `kernel cmma` rows are new; SELFCHECK=0 skips
+# it), the lab's attention op (default layout, tiled-split, cmma), PyTorch SDPA, indirect-indexing, and last
+# FlexAttention (measured on the first run; compiles one kernel per encoding, dtype and length: FLEX_SEQS 4096 and
+# FLEX_DTYPES bf16 by default, FLEX_S 100 s). Every section is stamped with the time, and on CUDA a cubecl.toml
+# (removed at exit) logs CubeCL's kernel compilations and autotune decisions into $OUT/cubecl-*.log.
 #
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
 # TRAIN_S, TRAIN_STEPS (10), TRAIN_WARM_S (60: the step again with the kernel cache warm), LAB_KERNEL_CACHE and
@@ -141,6 +142,18 @@ if [[ -s "$OUT/train-step-lab.json" ]]; then
 else
     echo "no lab figure: PyTorch's step is not timed either (it needs the lab's model shape)"
 fi
+# Many small runs on one GPU: the default block-width sweep with SWEEP_JOBS run processes sharing the device, for
+# runs/hour against the CPU's (the 2-core VM: 34 runs in 3.7 min, docs/performance.md). Finished runs are counted from the log.
+section "block-width --preset quick on $BACKEND, ${SWEEP_JOBS:-4} runs at once, at most ${SWEEP_S:-45} s"
+timeout "${SWEEP_S:-45}" "$LAB" sweep block-width --backend "$BACKEND" --jobs "${SWEEP_JOBS:-4}" --no-progress \
+    --out "$OUT/block-width" > "$OUT/block-width.log" 2>&1 || echo "block-width stopped (exit $?)"
+echo "runs finished in ${SWEEP_S:-45} s with ${SWEEP_JOBS:-4} jobs: $(ls "$OUT"/block-width/runs/*/runs.parquet 2>/dev/null | wc -l)" \
+    | tee "$OUT/block-width-throughput.txt"
+
+if [[ $SELFCHECK == 1 ]]; then
+    section "lab selfcheck --backend $BACKEND"
+    "$LAB" selfcheck --backend "$BACKEND" 2>&1 | tee "$OUT/selfcheck.txt" || echo "selfcheck failed (exit status above)"
+fi
 
 cube_arg=()
 if [[ $CARGO_ROUTE == 1 ]]; then
@@ -176,19 +189,6 @@ if (( ${#sdpa[@]} )); then
     timeout "$SDPA_S" "$PYTHON" "$HERE/gpu_attention.py" --device cuda --dtypes bf16,f32 --encodings "$sdpa_list" "${shape[@]}" \
         --out "$OUT/torch.jsonl" "${cube_arg[@]}" | tee "$OUT/ratios-sdpa.txt" || echo "PyTorch SDPA timings stopped"
 fi
-if (( ${#flex[@]} )); then
-    section "PyTorch FlexAttention: ${flex[*]}, $FLEX_DTYPES, seq $FLEX_SEQS (one torch.compile each; at most $FLEX_S s)"
-    flex_list=$(IFS=,; echo "${flex[*]}")
-    timeout "$FLEX_S" "$PYTHON" "$HERE/gpu_attention.py" --device cuda --dtypes "$FLEX_DTYPES" --encodings "$flex_list" \
-        --batch "$BATCH" --heads "$HEADS" --head-dim "$HEAD_DIM" --seq "$FLEX_SEQS" --iters "$ITERS" --warmup "$WARMUP" \
-        --out "$OUT/torch.jsonl" "${cube_arg[@]}" | tee "$OUT/ratios-flex.txt" || echo "FlexAttention timings stopped"
-fi
-
-if [[ $SELFCHECK == 1 ]]; then
-    section "lab selfcheck --backend $BACKEND"
-    "$LAB" selfcheck --backend "$BACKEND" 2>&1 | tee "$OUT/selfcheck.txt" || echo "selfcheck failed (exit status above)"
-fi
-
 # As much of the indirect-indexing `full` preset (the PoPE paper's protocol) as fits in INDIRECT_S (45) seconds, for
 # its throughput on this GPU: the log's per-step progress and ms/step; runs cut off by the limit are discarded
 # (results are written only when a run finishes) and a later `lab sweep` with the same --out resumes.
@@ -201,13 +201,13 @@ for log in "$OUT"/indirect-full/runs/*/log.txt; do
     [[ -f "$log" ]] && echo "$(basename "$(dirname "$log")"): $(grep '^step' "$log" | tail -1)"
 done | tee "$OUT/indirect-full-steps.txt" || true
 
-# Many small runs on one GPU: the default block-width sweep with SWEEP_JOBS run processes sharing the device, for
-# runs/hour against the CPU's (the 2-core VM: 34 runs in 3.7 min, docs/performance.md). Finished runs are counted from the log.
-section "block-width --preset quick on $BACKEND, ${SWEEP_JOBS:-4} runs at once, at most ${SWEEP_S:-45} s"
-timeout "${SWEEP_S:-45}" "$LAB" sweep block-width --backend "$BACKEND" --jobs "${SWEEP_JOBS:-4}" --no-progress \
-    --out "$OUT/block-width" > "$OUT/block-width.log" 2>&1 || echo "block-width stopped (exit $?)"
-echo "runs finished in ${SWEEP_S:-45} s with ${SWEEP_JOBS:-4} jobs: $(ls "$OUT"/block-width/runs/*/runs.parquet 2>/dev/null | wc -l)" \
-    | tee "$OUT/block-width-throughput.txt"
+if (( ${#flex[@]} )); then
+    section "PyTorch FlexAttention: ${flex[*]}, $FLEX_DTYPES, seq $FLEX_SEQS (one torch.compile each; at most $FLEX_S s)"
+    flex_list=$(IFS=,; echo "${flex[*]}")
+    timeout "$FLEX_S" "$PYTHON" "$HERE/gpu_attention.py" --device cuda --dtypes "$FLEX_DTYPES" --encodings "$flex_list" \
+        --batch "$BATCH" --heads "$HEADS" --head-dim "$HEAD_DIM" --seq "$FLEX_SEQS" --iters "$ITERS" --warmup "$WARMUP" \
+        --out "$OUT/torch.jsonl" "${cube_arg[@]}" | tee "$OUT/ratios-flex.txt" || echo "FlexAttention timings stopped"
+fi
 
 du -sh "$LAB_KERNEL_CACHE" 2>/dev/null | tee "$OUT/kernel-cache-size.txt" || true
 section "done"
