@@ -97,7 +97,8 @@ pub fn shell_quote(s: &str) -> String {
 /// `lab sweep SPEC --preset P --shard i/n --out OUT/shard-i`. `exe`, `spec_path` and `out_dir`
 /// should be absolute (the job may start elsewhere); `$LAB` overrides the executable at submit
 /// time. `sets` are the command line's `--set KEY=VALUE` overrides, passed on to every task.
-/// After the array: `lab merge OUT/shard-* --out OUT`.
+/// After the array: `lab merge OUT/shard-* --out OUT`. On a CubeCL backend (`opts.backend` other
+/// than `cpu`) the script sets `LAB_KERNEL_CACHE` to the node's `/tmp` unless the submitter set it.
 pub fn slurm_script(
     sweep_name: &str,
     spec_path: &Path,
@@ -144,6 +145,16 @@ pub fn slurm_script(
         "LAB=\"${{LAB:-{}}}\"\n",
         exe.display().to_string().replace('"', "\\\"")
     ));
+    if opts.backend != "cpu" {
+        // CubeCL's kernel cache is a database with a write-ahead log: on a node's local disk, not
+        // the shared file system a checkout (its default place) often lives on.
+        s.push_str(
+            "# CubeCL's kernel cache on the node's local disk (src/kernels/kernel_cache.rs).\n",
+        );
+        s.push_str(
+            "export LAB_KERNEL_CACHE=\"${LAB_KERNEL_CACHE:-/tmp/lab-kernel-cache-$(id -u)}\"\n",
+        );
+    }
     s.push_str(&format!("N_SHARDS={n}\n"));
     s.push_str("SHARD=\"${SLURM_ARRAY_TASK_ID:?run this script with sbatch}\"\n");
     s.push_str(&format!(
@@ -239,5 +250,39 @@ mod tests {
             assert!(s.lines().any(|l| l == line), "no line `{line}` in:\n{s}");
         }
         assert!(!s.contains("--gpus-per-task"));
+        assert!(!s.contains("LAB_KERNEL_CACHE"));
+    }
+
+    /// On a CubeCL backend the kernel cache goes to the node's local disk unless already set.
+    #[test]
+    fn gpu_script_puts_the_kernel_cache_on_the_node() {
+        let opts = SlurmOptions {
+            shards: 2,
+            cpus_per_task: 4,
+            mem: "16G".into(),
+            time: "02:00:00".into(),
+            partition: None,
+            gpus_per_task: Some(1),
+            jobs: 2,
+            backend: "cuda".into(),
+        };
+        let s = slurm_script(
+            "block-width",
+            Path::new("/repo/sweeps/block-width.toml"),
+            "full",
+            &[],
+            Path::new("/scratch/bw"),
+            Path::new("/repo/target/release/lab"),
+            &opts,
+        );
+        let export =
+            "export LAB_KERNEL_CACHE=\"${LAB_KERNEL_CACHE:-/tmp/lab-kernel-cache-$(id -u)}\"";
+        let at = |needle: &str| s.lines().position(|l| l.starts_with(needle));
+        let (Some(cache), Some(exec)) = (at(export), at("exec ")) else {
+            panic!("no `{export}` before the exec line in:\n{s}");
+        };
+        assert!(cache < exec, "{s}");
+        assert!(s.lines().any(|l| l == "#SBATCH --gpus-per-task=1"));
+        assert!(s.contains("--jobs 2 --backend cuda"));
     }
 }
