@@ -215,6 +215,19 @@ mod tests {
         assert_eq!(shell_quote(""), "''");
     }
 
+    /// The script of the block-width sweep from a checkout in `/repo` into `/scratch/bw`.
+    fn block_width_script(preset: &str, sets: &[String], opts: &SlurmOptions) -> String {
+        slurm_script(
+            "block-width",
+            Path::new("/repo/sweeps/block-width.toml"),
+            preset,
+            sets,
+            Path::new("/scratch/bw"),
+            Path::new("/repo/target/release/lab"),
+            opts,
+        )
+    }
+
     #[test]
     fn script_has_one_array_task_per_shard_and_the_resources() {
         let opts = SlurmOptions {
@@ -227,13 +240,9 @@ mod tests {
             jobs: 1,
             backend: "cpu".into(),
         };
-        let s = slurm_script(
-            "block-width",
-            Path::new("/repo/sweeps/block-width.toml"),
+        let s = block_width_script(
             "quick",
             &["steps=1000".to_string(), "block_len=[4, 16]".to_string()],
-            Path::new("/scratch/bw"),
-            Path::new("/repo/target/release/lab"),
             &opts,
         );
         assert!(s.starts_with("#!/bin/bash\n"));
@@ -266,15 +275,7 @@ mod tests {
             jobs: 2,
             backend: "cuda".into(),
         };
-        let s = slurm_script(
-            "block-width",
-            Path::new("/repo/sweeps/block-width.toml"),
-            "full",
-            &[],
-            Path::new("/scratch/bw"),
-            Path::new("/repo/target/release/lab"),
-            &opts,
-        );
+        let s = block_width_script("full", &[], &opts);
         let export =
             "export LAB_KERNEL_CACHE=\"${LAB_KERNEL_CACHE:-/tmp/lab-kernel-cache-$(id -u)}\"";
         let at = |needle: &str| s.lines().position(|l| l.starts_with(needle));
