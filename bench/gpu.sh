@@ -37,7 +37,8 @@
 # CMMA_S (45) and CMMA_ENCODINGS (nope,rope,pope,tapa: the op again with --strategy cmma, into cube-cmma.jsonl),
 # BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine), INDIRECT_S (seconds of indirect-indexing `full`, 45),
 # INDIRECT_JOBS (its runs at once on the GPU, 1), SWEEP_S and SWEEP_JOBS (the default block-width sweep with that many
-# run processes sharing the GPU, for runs/hour: 45 s, 4).
+# run processes sharing the GPU, for runs/hour: 45 s, 4), CPU_SWEEP_S and CPU_SWEEP_JOBS (the same sweep on the
+# machine's CPU for the same-machine ratio: 45 s, half the cores; 0 skips it).
 # Written without access to a GPU: check the first run's output (errors are recorded per step, not fatal).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -200,6 +201,18 @@ tail -5 "$OUT/indirect-full.log" || true
 for log in "$OUT"/indirect-full/runs/*/log.txt; do
     [[ -f "$log" ]] && echo "$(basename "$(dirname "$log")"): $(grep '^step' "$log" | tail -1)"
 done | tee "$OUT/indirect-full-steps.txt" || true
+
+# The same sweep on this machine's CPU cores, for a same-machine runs/hour ratio (item 5): CPU_SWEEP_JOBS run
+# processes (default: half the cores; the sweep shares the cores among them: 2 threads each), at most CPU_SWEEP_S
+# (45) seconds; CPU_SWEEP_S=0 skips it.
+if [[ $BACKEND != cpu && ${CPU_SWEEP_S:-45} != 0 ]]; then
+    cpu_jobs=${CPU_SWEEP_JOBS:-$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))}
+    section "block-width --preset quick on this machine's CPU, $cpu_jobs runs at once, at most ${CPU_SWEEP_S:-45} s"
+    timeout "${CPU_SWEEP_S:-45}" "$LAB" sweep block-width --backend cpu --jobs "$cpu_jobs" --no-progress \
+        --out "$OUT/block-width-cpu" > "$OUT/block-width-cpu.log" 2>&1 || echo "block-width on the CPU stopped (exit $?)"
+    echo "runs finished on the CPU in ${CPU_SWEEP_S:-45} s with $cpu_jobs jobs: $(ls "$OUT"/block-width-cpu/runs/*/runs.parquet 2>/dev/null | wc -l)" \
+        | tee "$OUT/block-width-cpu-throughput.txt"
+fi
 
 if (( ${#flex[@]} )); then
     section "PyTorch FlexAttention: ${flex[*]}, $FLEX_DTYPES, seq $FLEX_SEQS (one torch.compile each; at most $FLEX_S s)"
