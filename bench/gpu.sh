@@ -137,8 +137,11 @@ timeout "$TRAIN_WARM_S" "$LAB" bench train-step --preset "${PRESET:-quick}" --ba
     --warmup 2 --steps "$TRAIN_STEPS" > "$OUT/train-step-lab-warm.json" 2> >(tee "$OUT/train-step-lab-warm.log" >&2) \
     || echo "lab train-step (warm) stopped (exit $?)"
 cat "$OUT/train-step-lab-warm.json"
-if [[ -s "$OUT/train-step-lab.json" ]]; then
-    "$PYTHON" "$HERE/torch_baseline.py" --shape "$OUT/train-step-lab.json" --device cuda | tee "$OUT/train-step-torch.jsonl" \
+# PyTorch needs the lab's model shape: from whichever lab run finished (the cold one may hit TRAIN_S).
+shape_json="$OUT/train-step-lab.json"
+[[ -s $shape_json ]] || shape_json="$OUT/train-step-lab-warm.json"
+if [[ -s "$shape_json" ]]; then
+    "$PYTHON" "$HERE/torch_baseline.py" --shape "$shape_json" --device cuda | tee "$OUT/train-step-torch.jsonl" \
         || echo "PyTorch train-step failed"
 else
     echo "no lab figure: PyTorch's step is not timed either (it needs the lab's model shape)"
