@@ -722,24 +722,21 @@ mod tests {
         let svg =
             "<svg width=\"10\" height=\"10\" xmlns=\"http://www.w3.org/2000/svg\"><rect/></svg>";
         std::fs::write(dir.join("igsm-ops.svg"), svg).unwrap();
-        let (html, figures, missing) = figures_html(
-            "igsm-ops",
-            &dir,
-            &["igsm-ops"],
-            &["igsm-answer-curves"],
-            None,
-        );
+        let draw = || {
+            figures_html(
+                "igsm-ops",
+                &dir,
+                &["igsm-ops"],
+                &["igsm-answer-curves"],
+                None,
+            )
+        };
+        let (html, figures, missing) = draw();
         assert_eq!(figures, ["igsm-ops"]);
         assert!(missing.is_empty(), "{missing:?}");
         assert!(html.contains("id=\"fig-igsm-ops\"") && !html.contains("fig-igsm-answer-curves"));
         std::fs::write(dir.join("igsm-answer-curves.svg"), svg).unwrap();
-        let (html, figures, _) = figures_html(
-            "igsm-ops",
-            &dir,
-            &["igsm-ops"],
-            &["igsm-answer-curves"],
-            None,
-        );
+        let (html, figures, _) = draw();
         assert_eq!(figures, ["igsm-ops", "igsm-answer-curves"]);
         assert!(html.contains(&esc(plot::figure_caption("igsm-ops", "igsm-answer-curves"))));
         // A required figure that is not there is named, with the drawing's error.
