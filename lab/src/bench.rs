@@ -75,20 +75,19 @@ fn time_ms(mut f: impl FnMut(), warmup: usize, iters: usize, device: &Device) ->
     median(times)
 }
 
-/// Time the fused attention op for `encoding` (one of [`BENCH_ENCODINGS`]) at `shape`
-/// `[batch, heads, seq, head_dim]` on `device` (plain; the backward runs on its autodiff wrapper).
+/// The fused op's encoding `encoding` (one of [`BENCH_ENCODINGS`]) as `lab bench attention`
+/// builds it for `heads` × `head_dim` (rotate-half pairs, the kernel checks' parameters), with
+/// PoPE's phase bias δ `[heads · head_dim]` spread over [−2π, 0) in a fixed pattern (timing does
+/// not depend on its values); `None` for the other encodings.
 ///
 /// # Errors
 /// An unknown encoding name (one line listing the allowed ones), or an odd `head_dim`.
-pub fn bench_attention(
-    device: &Device,
-    backend: &str,
+pub fn bench_encoding(
     encoding: &str,
-    shape: [usize; 4],
-    warmup: usize,
-    iters: usize,
-) -> Result<AttentionBench, String> {
-    let [b, h, l, d] = shape;
+    heads: usize,
+    head_dim: usize,
+) -> Result<(crate::kernels::cpu::KernelEncoding, Option<Vec<f32>>), String> {
+    let (h, d) = (heads, head_dim);
     if d == 0 || d % 2 == 1 {
         return Err(format!("--head-dim {d}: must be even and at least 2"));
     }
@@ -111,12 +110,29 @@ pub fn bench_attention(
     };
     let pos = PositionalAttention::new(&cfg, 0, &Device::flex());
     let (kernel_encoding, delta) = pos.kernel_encoding();
-    // δ spread over [−2π, 0) (a fixed pattern: timing does not depend on its values).
-    let delta: Option<Vec<f32>> = delta.map(|_| {
+    let delta = delta.map(|_| {
         (0..h * d)
             .map(|i| -2.0 * std::f32::consts::PI * ((i % 7) as f32 / 7.0))
             .collect()
     });
+    Ok((kernel_encoding, delta))
+}
+
+/// Time the fused attention op for `encoding` (one of [`BENCH_ENCODINGS`]) at `shape`
+/// `[batch, heads, seq, head_dim]` on `device` (plain; the backward runs on its autodiff wrapper).
+///
+/// # Errors
+/// An unknown encoding name (one line listing the allowed ones), or an odd `head_dim`.
+pub fn bench_attention(
+    device: &Device,
+    backend: &str,
+    encoding: &str,
+    shape: [usize; 4],
+    warmup: usize,
+    iters: usize,
+) -> Result<AttentionBench, String> {
+    let [b, h, l, d] = shape;
+    let (kernel_encoding, delta) = bench_encoding(encoding, h, d)?;
     let n = b * h * l * d;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
     let mut random = || -> Vec<f32> { (0..n).map(|_| rng.random_range(-1.0..1.0)).collect() };

@@ -441,8 +441,65 @@ impl BenchCmd {
                 }
                 Ok(lines.join("\n"))
             }
+            BenchCmd::CudaSource {
+                out,
+                sm,
+                heads,
+                head_dim,
+                encodings,
+            } => cuda_source(&out, sm, heads as usize, head_dim as usize, &encodings),
         }
     }
+}
+
+/// `lab bench cuda-source`: the sources written, one line per kernel, then the index's path.
+#[cfg(feature = "cuda-source")]
+fn cuda_source(
+    out: &std::path::Path,
+    sm: u32,
+    heads: usize,
+    head_dim: usize,
+    encodings: &str,
+) -> anyhow::Result<String> {
+    use lab::kernels::cuda_source;
+    let encodings: Vec<&str> = encodings.split(',').map(str::trim).collect();
+    let device = Backend::Wgpu.device()?;
+    let sources = cuda_source::attention_sources(&device, sm, heads, head_dim, &encodings)
+        .map_err(anyhow::Error::msg)?;
+    let index = cuda_source::write_sources(out, &sources).map_err(anyhow::Error::msg)?;
+    let mut lines: Vec<String> = sources
+        .iter()
+        .map(|k| {
+            format!(
+                "{} ({}x{}x{} units, {} B shared): {}",
+                k.kernel,
+                k.cube_dim[0],
+                k.cube_dim[1],
+                k.cube_dim[2],
+                k.shared_bytes,
+                k.uses.join(" ")
+            )
+        })
+        .collect();
+    lines.push(format!(
+        "{} CUDA C++ kernels for sm_{sm} written; index {}",
+        sources.len(),
+        index.display()
+    ));
+    Ok(lines.join("\n"))
+}
+
+#[cfg(not(feature = "cuda-source"))]
+fn cuda_source(
+    _out: &std::path::Path,
+    _sm: u32,
+    _heads: usize,
+    _head_dim: usize,
+    _encodings: &str,
+) -> anyhow::Result<String> {
+    anyhow::bail!(
+        "lab bench cuda-source: this build has no cargo feature `cuda-source` (cargo build --release -p lab --features cuda-source)"
+    )
 }
 
 #[derive(Subcommand)]
@@ -513,6 +570,34 @@ pub enum BenchCmd {
         /// in the output says where it ran).
         #[arg(long, default_value = "tiled", value_parser = clap::builder::PossibleValuesParser::new(lab::kernels::CUBE_STRATEGIES))]
         strategy: String,
+    },
+    /// Write the CUDA C++ of the lab's attention kernels for an NVIDIA GPU of compute capability
+    /// `--sm`, generated here without one: every kernel the forward and backward launch, for
+    /// every encoding and launch layout (rows, tiled, tiled-split, cmma), compiled by cubecl-cpp
+    /// as cubecl-cuda does before handing the text to NVRTC. One `.cu` file per distinct kernel
+    /// and `kernels.tsv` (kernel, cube dim, shared memory, which encoding/layout uses it). Needs
+    /// the cargo feature `cuda-source` and a wgpu device (Mesa's lavapipe will do; nothing of
+    /// the lab's runs on it). `make cuda-ptxas` compiles the files with NVRTC and ptxas for each
+    /// kernel's registers and spills.
+    #[command(
+        after_help = "Examples:\n  lab bench cuda-source --out results/cuda-source\n  lab bench cuda-source --out /tmp/cu-sm80 --sm 80 --head-dim 128 --encodings rope,pope"
+    )]
+    CudaSource {
+        /// Directory to write the `.cu` files and `kernels.tsv` into (created).
+        #[arg(long)]
+        out: PathBuf,
+        /// Compute capability ×10 of the GPU compiled for (90: H100/H200; 50..=120).
+        #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(50..=120))]
+        sm: u32,
+        /// Heads (1..=1024).
+        #[arg(long, allow_negative_numbers = true, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024))]
+        heads: u32,
+        /// Per-head dims (even, 2..=256).
+        #[arg(long, allow_negative_numbers = true, default_value_t = 64, value_parser = clap::value_parser!(u32).range(2..=256))]
+        head_dim: u32,
+        /// Encodings, comma-separated: nope, rope, pope, tapa, tapa-linear.
+        #[arg(long, default_value = "nope,rope,pope,tapa,tapa-linear")]
+        encodings: String,
     },
 }
 

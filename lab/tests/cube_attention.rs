@@ -1,7 +1,8 @@
 //! CubeCL flash attention (`lab::kernels::cube`) against the reference attention.
 //!
-//! Run with `make test-wgpu` (`cargo test --release -p lab --features wgpu --test cube_attention`;
-//! add `--features wgpu,fusion` for burn's fused CubeCL backend, the configuration `cuda` uses).
+//! Run with `make test-wgpu` (`cargo test --release -p lab --features wgpu,cuda-source --test
+//! cube_attention`; `--features wgpu,fusion` for burn's fused CubeCL backend, the configuration
+//! `cuda` uses). With `cuda-source`, the kernels' CUDA C++ for an sm 90 GPU is generated too.
 //! On a machine without a GPU, wgpu runs the kernels on Mesa's lavapipe (Vulkan on the CPU).
 //!
 //! The equivalence checks are `lab selfcheck --backend wgpu` (`lab::selfcheck`: the cases,
@@ -91,4 +92,78 @@ fn cube_hand_computed_lse() {
     );
     assert!((out[0] - 2.0).abs() < 1e-6);
     assert!((out[1] - 3.0).abs() < 1e-5);
+}
+
+/// The CUDA C++ of every kernel, for an H100/H200 (sm 90), generated without a GPU (feature
+/// `cuda-source`; `lab bench cuda-source`, `make cuda-ptxas` compiles it further with NVRTC):
+/// every encoding and layout at head_dim 64 compiles; the `cmma` layout emits `wmma` tensor-core
+/// code for the encodings whose scores are dot products and TAPA's quadratic phase, and the tiled
+/// forward for TAPA's linear phase; `tiled-split` launches two key-side kernels where `tiled`
+/// launches one.
+#[cfg(feature = "cuda-source")]
+#[test]
+fn cuda_sources_for_sm90_cover_every_kernel() {
+    use lab::kernels::cuda_source;
+    let encodings = ["nope", "rope", "pope", "tapa", "tapa-linear"];
+    let sources = cuda_source::attention_sources(&wgpu(), 90, 8, 64, &encodings).unwrap();
+    let used_by = |label: &str| -> Vec<&cuda_source::KernelSource> {
+        sources
+            .iter()
+            .filter(|k| k.uses.iter().any(|u| u == label))
+            .collect()
+    };
+    for enc in encodings {
+        for strategy in cuda_source::STRATEGIES {
+            let label = format!("{enc}/{strategy}");
+            let kernels = used_by(&label);
+            let names: Vec<&str> = kernels.iter().map(|k| k.kernel).collect();
+            let count = |name: &str| names.iter().filter(|n| **n == name).count();
+            let cmma = strategy == "cmma" && enc != "tapa-linear";
+            assert_eq!(
+                count("attn_fwd_cmma"),
+                usize::from(cmma),
+                "{label}: {names:?}"
+            );
+            let dkdv = if strategy == "rows" {
+                "attn_bwd_dkdv"
+            } else {
+                "attn_bwd_dkdv_tiled"
+            };
+            let splits = if strategy == "tiled-split" { 2 } else { 1 };
+            assert_eq!(count(dkdv), splits, "{label}: {names:?}");
+            assert_eq!(count("row_dot"), 1, "{label}: {names:?}");
+            for k in &kernels {
+                assert!(
+                    k.source.contains(&format!(" {}(", k.entry)),
+                    "{label}: entry {} is not a function of the source",
+                    k.entry
+                );
+                assert!(
+                    k.source.contains(&format!(
+                        "__global__ void __launch_bounds__({})",
+                        k.cube_dim[0]
+                    )),
+                    "{label}: {} is not a launch-bounded CUDA kernel",
+                    k.entry
+                );
+                if k.kernel == "attn_fwd_cmma" {
+                    assert!(
+                        k.source.contains("wmma::mma_sync"),
+                        "{label}: no wmma in {}",
+                        k.entry
+                    );
+                    assert!(
+                        k.source.contains("half"),
+                        "{label}: no f16 operands in {}",
+                        k.entry
+                    );
+                }
+            }
+        }
+    }
+    // Every kernel is listed once: the entry names (type + comptime hash) are distinct.
+    let mut entries: Vec<&str> = sources.iter().map(|k| k.entry.as_str()).collect();
+    entries.sort_unstable();
+    entries.dedup();
+    assert_eq!(entries.len(), sources.len());
 }

@@ -213,6 +213,27 @@ pub struct CubeGrads {
     pub ddelta: Option<CubeTensor>,
 }
 
+/// `kernels::$k::launch(client, count, dim, args…)`. While [`super::cuda_source`] captures
+/// (feature `cuda-source`), the same kernel with the same arguments is recorded for the CUDA
+/// compiler instead, and nothing runs.
+macro_rules! launch {
+    ($k:ident, $client:expr, $count:expr, $dim:expr, $($arg:expr),+ $(,)?) => {{
+        #[cfg(feature = "cuda-source")]
+        {
+            if let Some((props, target)) = super::cuda_source::capturing() {
+                super::cuda_source::record(
+                    stringify!($k),
+                    Box::new(kernels::$k::create_dummy_kernel(props, target, $count, $dim, $($arg),+)),
+                );
+            } else {
+                kernels::$k::launch($client, $count, $dim, $($arg),+);
+            }
+        }
+        #[cfg(not(feature = "cuda-source"))]
+        kernels::$k::launch($client, $count, $dim, $($arg),+);
+    }};
+}
+
 // ---------------------------------------------------------------------------------------------
 // Kernels
 // ---------------------------------------------------------------------------------------------
@@ -414,7 +435,7 @@ mod kernels {
 
     /// Forward: one unit per query row. `q`, `k`: `[rows, w]`; `v`, `out`: `[rows, d]`;
     /// `lse`: `[rows]`. `tapa` selects the TAPA score on raw q/k (then `w == d`).
-    #[cube(launch)]
+    #[cube(launch, create_dummy_kernel)]
     pub fn attn_fwd(
         q: &[f32],
         k: &[f32],
@@ -501,7 +522,7 @@ mod kernels {
     }
 
     /// `delta[r] = Σ_c dout[r, c] · out[r, c]`, one unit per row.
-    #[cube(launch)]
+    #[cube(launch, create_dummy_kernel)]
     pub fn row_dot(dout: &[f32], out: &[f32], delta: &mut [f32], rows: u32, #[comptime] d: usize) {
         let r = ABSOLUTE_POS;
         if r >= rows as usize {
@@ -516,7 +537,7 @@ mod kernels {
     }
 
     /// Backward for `dq` (or `dq̃`): one unit per query row, looping over keys `j ≤ i`.
-    #[cube(launch)]
+    #[cube(launch, create_dummy_kernel)]
     pub fn attn_bwd_dq(
         q: &[f32],
         k: &[f32],
@@ -577,7 +598,7 @@ mod kernels {
     }
 
     /// Backward for `dk` (or `dk̃`) and `dv`: one unit per key row, looping over queries `i ≥ j`.
-    #[cube(launch)]
+    #[cube(launch, create_dummy_kernel)]
     pub fn attn_bwd_dkdv(
         q: &[f32],
         k: &[f32],
@@ -659,7 +680,7 @@ mod kernels {
 
     /// Tiled forward; same contract as [`attn_fwd`]. Launch: cube count
     /// `(ceil(seq/bn), batch·heads, 1)`, cube dim `bn`.
-    #[cube(launch)]
+    #[cube(launch, create_dummy_kernel)]
     pub fn attn_fwd_tiled(
         q: &[f32],
         k: &[f32],
@@ -786,7 +807,7 @@ mod kernels {
     /// place). Launch: cube count `(ceil(seq/16), batch·heads, 1)`, cube dim 32 (one plane:
     /// every unit takes part in every `cmma` call); `w`, `d` and (TAPA) `amp` multiples of 16.
     /// Shared memory `64w + 160d + 1600` bytes, 1024 more for TAPA (PoPE at d 64: 19.6 KiB).
-    #[cube(launch)]
+    #[cube(launch, create_dummy_kernel)]
     pub fn attn_fwd_cmma(
         q: &[f32],
         k: &[f32],
@@ -1017,7 +1038,7 @@ mod kernels {
 
     /// Tiled backward for `dq` (or `dq̃`); same contract as [`attn_bwd_dq`], launch as
     /// [`attn_fwd_tiled`].
-    #[cube(launch)]
+    #[cube(launch, create_dummy_kernel)]
     pub fn attn_bwd_dq_tiled(
         q: &[f32],
         k: &[f32],
@@ -1118,7 +1139,7 @@ mod kernels {
     /// Tiled backward for `dk` (or `dk̃`) and `dv`; same contract as [`attn_bwd_dkdv`]. One cube
     /// per block of `bn` key rows, staging the query-side rows (`q̃`, `dout`, `lse`, `Δ`) of the
     /// blocks at and after it.
-    #[cube(launch)]
+    #[cube(launch, create_dummy_kernel)]
     pub fn attn_bwd_dkdv_tiled(
         q: &[f32],
         k: &[f32],
@@ -1271,7 +1292,7 @@ mod kernels {
     /// RoPE on one row per unit: `out = a · R(±pos·θ) x` on the first `rot` dims (`inverse`
     /// rotates by −pos·θ, the transpose, for the backward); dims `rot..d` are copied unchanged
     /// (partial rotary). `inv_freq`: `[rot/2]`.
-    #[cube(launch)]
+    #[cube(launch, create_dummy_kernel)]
     pub fn rope_rotate(
         x: &[f32],
         inv_freq: &[f32],
@@ -1360,7 +1381,7 @@ mod kernels {
 
     /// PoPE q̃ (`is_key = false`) or k̃ (`true`), one row per unit: `x`: `[rows, d]` →
     /// `out`: `[rows, 2d]`. `theta`: `[d]`; `delta`: `[heads · d]` (keys only).
-    #[cube(launch)]
+    #[cube(launch, create_dummy_kernel)]
     pub fn pope_prep(
         x: &[f32],
         theta: &[f32],
@@ -1393,7 +1414,7 @@ mod kernels {
 
     /// PoPE backward of [`pope_prep`]: `g`: `[rows, 2d]` (`dq̃` or `dk̃`) → `dx`: `[rows, d]`
     /// and, for keys, `dphase[r, c] = ∂L/∂(angle)` (summed into `dδ` by the host).
-    #[cube(launch)]
+    #[cube(launch, create_dummy_kernel)]
     pub fn pope_prep_bwd(
         x: &[f32],
         theta: &[f32],
@@ -1584,7 +1605,8 @@ fn transform(
             let freqs = upload(q, inv_freq);
             let rotate = |x: &CubeTensor| {
                 let out = empty_like(x, vec![plan.rows, d]);
-                kernels::rope_rotate::launch(
+                launch!(
+                    rope_rotate,
                     &x.client,
                     count.clone(),
                     dim,
@@ -1608,7 +1630,8 @@ fn transform(
             let heads = (delta.shape().num_elements() / d) as u32;
             let prep = |x: &CubeTensor, is_key: bool| {
                 let out = empty_like(x, vec![plan.rows, 2 * d]);
-                kernels::pope_prep::launch(
+                launch!(
+                    pope_prep,
                     &x.client,
                     count.clone(),
                     dim,
@@ -1653,9 +1676,13 @@ fn tiling(strategy: &CubeStrategy, plan: &Plan) -> Option<(usize, CubeCount, Cub
 /// accumulation and the 16×16×16 shape, and planes of exactly 32 units (the kernel's cube is
 /// one plane). False on lavapipe (Mesa 22.3 has no cooperative matrices) and on the CPU.
 pub fn cmma_supported(client: &cubecl::client::Client) -> bool {
+    cmma_supported_by(client.properties())
+}
+
+/// [`cmma_supported`] from a device's properties.
+pub fn cmma_supported_by(props: &cubecl::ir::DeviceProperties) -> bool {
     use cubecl::ir::features::MmaConfig;
     use cubecl::ir::{ElemType, FloatKind};
-    let props = client.properties();
     let f16 = ElemType::Float(FloatKind::F16);
     props.hardware.plane_size_min == 32
         && props.hardware.plane_size_max == 32
@@ -1679,13 +1706,18 @@ pub fn cmma_applies(q: &CubeTensor, params: &CubeAttentionParams) -> bool {
 }
 
 fn uses_cmma(client: &cubecl::client::Client, strategy: &CubeStrategy, plan: &Plan) -> bool {
-    matches!(strategy, CubeStrategy::Cmma { .. })
+    let fits = matches!(strategy, CubeStrategy::Cmma { .. })
         && cmma_shapes_fit(
             plan.w,
             plan.head_dim,
             plan.tapa.then_some((plan.amp, plan.linear)),
-        )
-        && cmma_supported(client)
+        );
+    // While capturing for CUDA, the device that counts is the CUDA one being compiled for.
+    #[cfg(feature = "cuda-source")]
+    if let Some((props, _)) = super::cuda_source::capturing() {
+        return fits && cmma_supported_by(&props);
+    }
+    fits && cmma_supported(client)
 }
 
 /// Whether `attn_fwd_cmma` takes an encoding of these shapes: `w` (the transformed row width:
@@ -1741,7 +1773,8 @@ pub fn forward(
     let out = empty_like(&q, vec![b, h, l, d]);
     let lse = empty_like(&q, vec![b, h, l]);
     if uses_cmma(&q.client, &params.strategy, &plan) {
-        kernels::attn_fwd_cmma::launch(
+        launch!(
+            attn_fwd_cmma,
             &q.client,
             CubeCount::Static(l.div_ceil(16) as u32, (b * h) as u32, 1),
             CubeDim::new_1d(32),
@@ -1765,7 +1798,8 @@ pub fn forward(
     match tiling(&params.strategy, &plan) {
         None => {
             let (count, dim) = launch_dims(&q, plan.rows);
-            kernels::attn_fwd::launch(
+            launch!(
+                attn_fwd,
                 &q.client,
                 count,
                 dim,
@@ -1788,7 +1822,8 @@ pub fn forward(
             );
         }
         Some((bn, count, dim)) => {
-            kernels::attn_fwd_tiled::launch(
+            launch!(
+                attn_fwd_tiled,
                 &q.client,
                 count,
                 dim,
@@ -1851,7 +1886,8 @@ pub fn backward(
     let (rows, seq) = (plan.rows as u32, plan.seq as u32);
 
     let delta = empty_like(&q, vec![plan.rows]);
-    kernels::row_dot::launch(
+    launch!(
+        row_dot,
         &client,
         count.clone(),
         dim,
@@ -1867,7 +1903,8 @@ pub fn backward(
     let dv = empty_like(&q, vec![b, h, l, d]);
     match tiling(&params.strategy, &plan) {
         None => {
-            kernels::attn_bwd_dq::launch(
+            launch!(
+                attn_bwd_dq,
                 &client,
                 count.clone(),
                 dim,
@@ -1890,7 +1927,8 @@ pub fn backward(
                 plan.amp,
                 plan.linear,
             );
-            kernels::attn_bwd_dkdv::launch(
+            launch!(
+                attn_bwd_dkdv,
                 &client,
                 count.clone(),
                 dim,
@@ -1916,7 +1954,8 @@ pub fn backward(
             );
         }
         Some((bn, tcount, tdim)) => {
-            kernels::attn_bwd_dq_tiled::launch(
+            launch!(
+                attn_bwd_dq_tiled,
                 &client,
                 tcount.clone(),
                 tdim,
@@ -1945,7 +1984,8 @@ pub fn backward(
                 _ => &[(true, true)],
             };
             for &(with_dk, with_dv) in parts {
-                kernels::attn_bwd_dkdv_tiled::launch(
+                launch!(
+                    attn_bwd_dkdv_tiled,
                     &client,
                     tcount.clone(),
                     tdim,
@@ -1993,7 +2033,8 @@ pub fn backward(
             let freqs = upload(&q, inv_freq);
             let unrotate = |g: &CubeTensor| {
                 let out = empty_like(g, vec![b, h, l, d]);
-                kernels::rope_rotate::launch(
+                launch!(
+                    rope_rotate,
                     &client,
                     count.clone(),
                     dim,
@@ -2023,7 +2064,8 @@ pub fn backward(
             let dphase = empty_like(&q, vec![b, h, l, d]);
             let back = |x: &CubeTensor, g: &CubeTensor, is_key: bool| {
                 let dx = empty_like(x, vec![b, h, l, d]);
-                kernels::pope_prep_bwd::launch(
+                launch!(
+                    pope_prep_bwd,
                     &client,
                     count.clone(),
                     dim,

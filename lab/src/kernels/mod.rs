@@ -7,6 +7,8 @@
 //! - [`gemm`]: strided matrix products through the `gemm` crate.
 //! - `cube` (features `wgpu` / `cuda`): the same flash-style attention as CubeCL kernels, for
 //!   NoPE, RoPE, PoPE and TAPA, behind the same backend extension.
+//! - `cuda_source` (feature `cuda-source`): the CUDA C++ those kernels compile to on an NVIDIA
+//!   GPU, generated without one (`lab bench cuda-source`).
 //! - [`kernel_cache`]: CubeCL's on-disk cache of compiled kernels and autotune decisions
 //!   (`LAB_KERNEL_CACHE`), so the runs of a GPU sweep do not each compile everything again.
 
@@ -46,6 +48,8 @@ macro_rules! dispatch_simd {
 pub mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod cube;
+#[cfg(feature = "cuda-source")]
+pub mod cuda_source;
 pub mod fused;
 pub mod gemm;
 pub mod kernel_cache;
