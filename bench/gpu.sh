@@ -18,14 +18,14 @@
 #   (cubecl-llvm downloads its LLVM bundle on the first build), and also runs the cube_bench example.
 # Either needs a CUDA driver (cubecl-cuda loads it and NVRTC at run time) and a CUDA build of
 # PyTorch >= 2.5 (FlexAttention) for the baselines. Writes into $OUT (default results/bench/gpu):
-# gpu.txt, ldd.txt, selfcheck.txt, cube.jsonl, cube-split.jsonl, cube-cmma.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
+# gpu.txt, ldd.txt, selfcheck.txt, cube.jsonl, cube-split.jsonl, cube-staged.jsonl, cube-cmma.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
 # train-step-lab.json, train-step-lab.log, train-step-lab-warm.json, train-step-lab-warm.log, train-step-torch.jsonl, kernel-cache-size.txt, cubecl-compile.log, cubecl-autotune.log, indirect-full.log (+ indirect-full/).
 #
 # Order (2026-12-05): what was never measured comes first, each step under its own limit so that one slow step
 # cannot take the rest: the training step cold (TRAIN_S, 150 s: the first GPU run's `lab bench train-step` printed
 # nothing within 60 s) and warm (TRAIN_WARM_S, 60 s: the kernel cache filled by the cold one), the block-width
 # sweep's runs/hour (SWEEP_S), the selfcheck (114 s on the H200; its `kernel cmma` rows are new; SELFCHECK=0 skips
-# it), the lab's attention op (default layout, tiled-split, cmma), PyTorch SDPA, indirect-indexing, and last
+# it), the lab's attention op (default layout, tiled-split, tiled-staged, cmma), PyTorch SDPA, indirect-indexing, and last
 # FlexAttention (measured on the first run; compiles one kernel per encoding, dtype and length: FLEX_SEQS 4096 and
 # FLEX_DTYPES bf16 by default, FLEX_S 100 s). Every section is stamped with the time, and on CUDA a cubecl.toml
 # (removed at exit) logs CubeCL's kernel compilations and autotune decisions into $OUT/cubecl-*.log.
@@ -34,6 +34,7 @@
 # TRAIN_S, TRAIN_STEPS (10), TRAIN_WARM_S (60: the step again with the kernel cache warm), LAB_KERNEL_CACHE and
 # KEEP_KERNEL_CACHE (the cache's folder, emptied at the start unless KEEP_KERNEL_CACHE=1), FLEX_SEQS, FLEX_DTYPES, FLEX_S, SELFCHECK (1), SDPA_S (60), ATTN_S (90),
 # SPLIT_S (60) and SPLIT_ENCODINGS (nope,pope,tapa: the op again with --strategy tiled-split, into cube-split.jsonl),
+# STAGED_S (60) and STAGED_ENCODINGS (nope,pope,tapa: the op with --strategy tiled-staged, into cube-staged.jsonl),
 # CMMA_S (45) and CMMA_ENCODINGS (nope,rope,pope,tapa: the op again with --strategy cmma, into cube-cmma.jsonl),
 # BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine), INDIRECT_S (seconds of indirect-indexing `full`, 45),
 # INDIRECT_JOBS (its runs at once on the GPU, 1), SWEEP_S and SWEEP_JOBS (the default block-width sweep with that many
@@ -67,6 +68,8 @@ SDPA_S=${SDPA_S:-60}
 ATTN_S=${ATTN_S:-90}
 SPLIT_S=${SPLIT_S:-60}
 SPLIT_ENCODINGS=${SPLIT_ENCODINGS:-nope,pope,tapa}
+STAGED_S=${STAGED_S:-60}
+STAGED_ENCODINGS=${STAGED_ENCODINGS:-nope,pope,tapa}
 CMMA_S=${CMMA_S:-45}
 CMMA_ENCODINGS=${CMMA_ENCODINGS:-nope,rope,pope,tapa}
 SELFCHECK=${SELFCHECK:-1}
@@ -177,6 +180,11 @@ if [[ $CARGO_ROUTE == 0 ]]; then
     section "the same op with --strategy tiled-split ($SPLIT_ENCODINGS; at most $SPLIT_S s)"
     timeout "$SPLIT_S" "$LAB" bench attention --backend "$BACKEND" --encodings "$SPLIT_ENCODINGS" --strategy tiled-split \
         "${shape[@]}" > "$OUT/cube-split.jsonl" || echo "lab bench attention --strategy tiled-split stopped (exit $?)"
+    # The backward without spills (make cuda-ptxas: every tiled backward kernel spills on sm 90; with the
+    # units' own rows in shared memory none does, at one more shared load per multiply-add).
+    section "the same op with --strategy tiled-staged ($STAGED_ENCODINGS; at most $STAGED_S s)"
+    timeout "$STAGED_S" "$LAB" bench attention --backend "$BACKEND" --encodings "$STAGED_ENCODINGS" --strategy tiled-staged \
+        "${shape[@]}" > "$OUT/cube-staged.jsonl" || echo "lab bench attention --strategy tiled-staged stopped (exit $?)"
     # The forward on tensor cores (issue 20, item 4): f16 operands where the device has cmma, `dtype` says
     # where it ran (f16-f32acc); the backward stays the tiled f32 one.
     section "the same op with --strategy cmma ($CMMA_ENCODINGS; at most $CMMA_S s)"

@@ -462,7 +462,15 @@ fn cuda_source(
     encodings: &str,
 ) -> anyhow::Result<String> {
     use lab::kernels::cuda_source;
-    let encodings: Vec<&str> = encodings.split(',').map(str::trim).collect();
+    let encodings = encodings
+        .split(',')
+        .map(str::trim)
+        .map(|name| {
+            let (encoding, delta) = lab::bench::bench_encoding(name, heads, head_dim)?;
+            Ok((name.to_string(), encoding, delta))
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(anyhow::Error::msg)?;
     let device = Backend::Wgpu.device()?;
     let sources = cuda_source::attention_sources(&device, sm, heads, head_dim, &encodings)
         .map_err(anyhow::Error::msg)?;
@@ -565,7 +573,9 @@ pub enum BenchCmd {
         #[arg(long, allow_negative_numbers = true, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
         iters: u32,
         /// CubeCL kernel layout on wgpu/cuda: `tiled` (the model's default), `rows`,
-        /// `tiled-split` (the key-side backward in two launches, fewer registers per unit), or
+        /// `tiled-split` (the key-side backward in two launches, fewer registers per unit),
+        /// `tiled-staged` (the backward's own rows in shared memory, only accumulators in
+        /// registers), or
         /// `cmma` (the forward on tensor cores, f16 operands, where the device has them; `dtype`
         /// in the output says where it ran).
         #[arg(long, default_value = "tiled", value_parser = clap::builder::PossibleValuesParser::new(lab::kernels::CUBE_STRATEGIES))]
@@ -573,7 +583,7 @@ pub enum BenchCmd {
     },
     /// Write the CUDA C++ of the lab's attention kernels for an NVIDIA GPU of compute capability
     /// `--sm`, generated here without one: every kernel the forward and backward launch, for
-    /// every encoding and launch layout (rows, tiled, tiled-split, cmma), compiled by cubecl-cpp
+    /// every encoding and launch layout (rows, tiled, tiled-split, tiled-staged, cmma), compiled by cubecl-cpp
     /// as cubecl-cuda does before handing the text to NVRTC. One `.cu` file per distinct kernel
     /// and `kernels.tsv` (kernel, cube dim, shared memory, which encoding/layout uses it). Needs
     /// the cargo feature `cuda-source` and a wgpu device (Mesa's lavapipe will do; nothing of

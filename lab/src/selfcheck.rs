@@ -81,8 +81,8 @@ pub const SHAPES: [(usize, usize, usize, usize); 3] = [(2, 2, 5, 8), (2, 2, 33, 
 /// One comparison of a kernel's values against the reference's.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Check {
-    /// `extension`, `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split` or
-    /// `train-step`.
+    /// `extension`, `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split`,
+    /// `kernel tiled-staged`, `kernel cmma` or `train-step`.
     pub group: String,
     /// The encoding case (and, for the attention groups, the shape `b×h×l×d`).
     pub case: String,
@@ -490,7 +490,8 @@ pub fn extension_checks(device: &Device) -> Vec<Check> {
     checks
 }
 
-/// Groups `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split`, `kernel cmma`
+/// Groups `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split`,
+/// `kernel tiled-staged`, `kernel cmma`
 /// (its forward on tensor cores where the device has them, cases marked `[tensor cores]` and
 /// checked within [`CMMA_TOL`]; elsewhere the tiled forward, within [`ATTENTION_TOL`]): the CubeCL
 /// forward and backward called directly with each launch layout, on a `wgpu` or `cuda` `device`
@@ -506,6 +507,10 @@ pub fn cube_kernel_checks(device: &Device) -> Vec<Check> {
         (
             "kernel tiled-split",
             CubeStrategy::TiledSplit { tile: None },
+        ),
+        (
+            "kernel tiled-staged",
+            CubeStrategy::TiledStaged { tile: None },
         ),
         ("kernel cmma", CubeStrategy::Cmma { tile: None }),
     ];

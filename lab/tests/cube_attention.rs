@@ -45,14 +45,15 @@ fn cube_backend_extension_matches_reference() {
 }
 
 /// The kernels called directly with each launch layout (rows; tiled, automatic tile; 16-row
-/// tiles; tiled with the key-side backward split into a `dv` and a `dk` launch; `cmma`, which
+/// tiles; tiled with the key-side backward split into a `dv` and a `dk` launch; tiled with the
+/// backward's own rows staged in shared memory (16-row tiles on lavapipe's 32 KiB); `cmma`, which
 /// on lavapipe, without cooperative matrices, is the tiled forward): every encoding case at
 /// every shape.
 #[test]
 fn cube_kernels_match_reference_for_every_strategy() {
     assert_all_pass(
         selfcheck::cube_kernel_checks(&wgpu()),
-        5 * (12 * 3 * 4 + 3),
+        6 * (12 * 3 * 4 + 3),
         "kernels",
     );
 }
@@ -105,7 +106,14 @@ fn cube_hand_computed_lse() {
 fn cuda_sources_for_sm90_cover_every_kernel() {
     use lab::kernels::cuda_source;
     let encodings = ["nope", "rope", "pope", "tapa", "tapa-linear"];
-    let sources = cuda_source::attention_sources(&wgpu(), 90, 8, 64, &encodings).unwrap();
+    let named: Vec<cuda_source::NamedEncoding> = encodings
+        .iter()
+        .map(|&name| {
+            let (encoding, delta) = lab::bench::bench_encoding(name, 8, 64).unwrap();
+            (name.to_string(), encoding, delta)
+        })
+        .collect();
+    let sources = cuda_source::attention_sources(&wgpu(), 90, 8, 64, &named).unwrap();
     let used_by = |label: &str| -> Vec<&cuda_source::KernelSource> {
         sources
             .iter()

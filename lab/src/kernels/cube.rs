@@ -17,7 +17,7 @@
 //!   `s_ij = A_ij · cos(2π·|i−j|^α·P_ij)` on the raw `q`, `k` and differentiate it directly
 //!   (chain rule through `A` and `P`).
 //!
-//! Four layouts ([`CubeStrategy`]), all tested against the reference:
+//! Five layouts ([`CubeStrategy`]), all tested against the reference:
 //! - [`CubeStrategy::Rows`]: **one unit per query row** (forward, `dq`) or **one unit per key
 //!   row** (`dk`, `dv`), looping over the visible keys (queries) read from global memory;
 //! - [`CubeStrategy::Tiled`] (default): one cube per block of `tile` rows; the keys (queries) the
@@ -25,6 +25,9 @@
 //!   reads each row once instead of once per unit (tile ≤ 64 rows, ≤ 32 KiB of shared memory);
 //! - [`CubeStrategy::TiledSplit`]: `Tiled` with the key-side backward split into a `dv` and a `dk`
 //!   launch, fewer accumulators per unit at the price of computing the scores twice.
+//! - [`CubeStrategy::TiledStaged`]: `Tiled` with each unit's own read-only rows of the backward
+//!   (`q̃_i`, `dout_i` for `dq`; `k̃_j`, `v_j` for `dk`, `dv`) in shared memory instead of
+//!   registers, so that only the gradient accumulators take registers.
 //! - [`CubeStrategy::Cmma`]: the forward on tensor cores (`cmma`, f16 operands, f32
 //!   accumulation) for the dot-product encodings and TAPA's quadratic phase on devices that
 //!   have them (CUDA), `Tiled` everywhere else and for every backward.
@@ -119,6 +122,20 @@ pub enum CubeStrategy {
         /// Rows per tile (= units per cube), or `None` for the automatic choice.
         tile: Option<usize>,
     },
+    /// [`CubeStrategy::Tiled`], except that the backward kernels keep each unit's own read-only
+    /// rows (`q̃_i`, `dout_i` in the `dq` kernel; `k̃_j`, `v_j` in the `dk`/`dv` kernel) in shared
+    /// memory, one row per unit at a stride of `w + 1` / `d + 1` floats (consecutive units then
+    /// read different banks), instead of local arrays: a unit's registers hold only its gradient
+    /// accumulators (`w` for `dq̃`; `w + d` for `dk̃`, `dv`). Compiled for sm 90, the tiled backward
+    /// spills for every encoding (PoPE's key-side kernel keeps its arrays in local memory:
+    /// docs/performance.md, "The kernels on sm 90 without a GPU"); this layout is the candidate
+    /// that removes the spills at the price of a second shared-memory read per multiply-add. The
+    /// automatic tile of its backward fits `2(w + d) + 4` floats per row in the device's shared
+    /// memory (at most 64 KiB); its forward is `Tiled`'s.
+    TiledStaged {
+        /// Rows per tile (= units per cube), or `None` for the automatic choice.
+        tile: Option<usize>,
+    },
     /// The forward on tensor cores (`cmma` 16×16×16, f16 operands, f32 accumulation; the
     /// `attn_fwd_cmma` kernel) where it applies ([`cmma_applies`]: a device with that `cmma`
     /// form and 32-unit planes, a dot-product encoding or TAPA with the quadratic phase, `W`,
@@ -133,7 +150,8 @@ pub enum CubeStrategy {
 }
 
 impl CubeStrategy {
-    /// `rows`, `tiled`, `tiled-split` or `cmma` (automatic tile; [`super::CUBE_STRATEGIES`]).
+    /// `rows`, `tiled`, `tiled-split`, `tiled-staged` or `cmma` (automatic tile;
+    /// [`super::CUBE_STRATEGIES`]).
     ///
     /// # Errors
     /// Any other name: one line listing the allowed ones.
@@ -142,6 +160,7 @@ impl CubeStrategy {
             "rows" => Ok(Self::Rows),
             "tiled" => Ok(Self::Tiled { tile: None }),
             "tiled-split" => Ok(Self::TiledSplit { tile: None }),
+            "tiled-staged" => Ok(Self::TiledStaged { tile: None }),
             "cmma" => Ok(Self::Cmma { tile: None }),
             other => Err(format!(
                 "--strategy: unknown kernel layout `{other}` (allowed: {})",
@@ -200,6 +219,18 @@ fn auto_tile(w: usize, d: usize) -> usize {
         .unwrap_or(1)
 }
 
+/// Tile rows of [`CubeStrategy::TiledStaged`]'s backward: the largest power of two ≤ 64 whose
+/// shared rows (the staged tiles, `w + d + 2` floats, and the unit's own rows, `w + d + 2` with
+/// their padding) fit in `max_shared` bytes (the device's limit), capped at 64 KiB.
+fn auto_tile_staged(w: usize, d: usize, max_shared: usize) -> usize {
+    let per_row = (2 * (w + d) + 4) * 4;
+    let budget = max_shared.min(64 * 1024);
+    [64, 32, 16, 8, 4, 2, 1]
+        .into_iter()
+        .find(|&bn| bn * per_row <= budget)
+        .unwrap_or(1)
+}
+
 /// Gradients returned by [`backward`]; each like its input.
 #[derive(Clone, Debug)]
 pub struct CubeGrads {
@@ -243,10 +274,12 @@ mod kernels {
     use cubecl::prelude::*;
     use half::f16;
 
-    /// `Σ_{c ∈ [start, end)} x[c] · y[yb + c]`.
+    /// `Σ_{c ∈ [start, end)} x[xb + c] · y[yb + c]` (`x` a unit's own row: a local `Array` with
+    /// `xb = 0`, or its row of a shared tile).
     #[cube]
     pub fn dot_range(
-        x: &Array<f32>,
+        x: &[f32],
+        xb: usize,
         y: &[f32],
         yb: usize,
         #[comptime] start: usize,
@@ -255,7 +288,7 @@ mod kernels {
         let mut acc = 0.0f32;
         #[unroll]
         for c in start..end {
-            acc += x[c] * y[yb + c];
+            acc += x[xb + c] * y[yb + c];
         }
         acc
     }
@@ -276,13 +309,18 @@ mod kernels {
         acc
     }
 
-    /// `Σ_{c ∈ [start, end)} x[c]`.
+    /// `Σ_{c ∈ [start, end)} x[xb + c]`.
     #[cube]
-    pub fn sum_local(x: &Array<f32>, #[comptime] start: usize, #[comptime] end: usize) -> f32 {
+    pub fn sum_local(
+        x: &[f32],
+        xb: usize,
+        #[comptime] start: usize,
+        #[comptime] end: usize,
+    ) -> f32 {
         let mut acc = 0.0f32;
         #[unroll]
         for c in start..end {
-            acc += x[c];
+            acc += x[xb + c];
         }
         acc
     }
@@ -308,19 +346,21 @@ mod kernels {
     /// TAPA amplitude term `x_A·y_A / √a` (symmetric in the two rows).
     #[cube]
     pub fn tapa_amp(
-        x: &Array<f32>,
+        x: &[f32],
+        xb: usize,
         y: &[f32],
         yb: usize,
         inv_sqrt_a: f32,
         #[comptime] amp: usize,
     ) -> f32 {
-        dot_range(x, y, yb, 0usize, amp) * inv_sqrt_a
+        dot_range(x, xb, y, yb, 0usize, amp) * inv_sqrt_a
     }
 
     /// TAPA phase term `x_P·y_P / √p` (quadratic) or `(Σx_P + Σy_P)/√p` (linear), `x_sum = Σx_P`.
     #[cube]
     pub fn tapa_phase(
-        x: &Array<f32>,
+        x: &[f32],
+        xb: usize,
         x_sum: f32,
         y: &[f32],
         yb: usize,
@@ -333,7 +373,7 @@ mod kernels {
         if linear {
             raw += x_sum + sum_range(y, yb, amp, d);
         } else {
-            raw += dot_range(x, y, yb, amp, d);
+            raw += dot_range(x, xb, y, yb, amp, d);
         }
         raw * inv_sqrt_p
     }
@@ -344,7 +384,8 @@ mod kernels {
     /// (linear phase only).
     #[cube]
     pub fn score(
-        x: &Array<f32>,
+        x: &[f32],
+        xb: usize,
         x_sum: f32,
         y: &[f32],
         yb: usize,
@@ -361,26 +402,30 @@ mod kernels {
     ) -> f32 {
         let mut s = 0.0f32;
         if tapa {
-            let a = tapa_amp(x, y, yb, inv_sqrt_a, amp);
-            let p = tapa_phase(x, x_sum, y, yb, inv_sqrt_p, amp, w, linear);
+            let a = tapa_amp(x, xb, y, yb, inv_sqrt_a, amp);
+            let p = tapa_phase(x, xb, x_sum, y, yb, inv_sqrt_p, amp, w, linear);
             s += tapa_score(a, p, i, j, alpha);
         } else {
-            s += dot_range(x, y, yb, 0usize, w) * scale;
+            s += dot_range(x, xb, y, yb, 0usize, w) * scale;
         }
         s
     }
 
     /// One backward term of [`score`]: with `p_ij = exp(s_ij − lse_i)` and
     /// `ds_ij = p_ij (dp_ij − Δ_i)` (FlashAttention-2, Alg. 2), adds `ds_ij · ∂s_ij/∂x` to `g`
-    /// and returns `p_ij` (for `dv`). Arguments as in [`score`]; TAPA's derivatives are
+    /// and returns `p_ij` (for `dv`). Arguments as in [`score`]; `yg` is where the update reads
+    /// the other row (`yb`, the same row: a different expression only to keep a compiler from
+    /// reusing the score's loads, [`CubeStrategy::TiledStaged`]). TAPA's derivatives are
     /// `∂s/∂A = cos φ` and `∂s/∂P = −A sin φ · 2π|i − j|^α`.
     #[cube]
     pub fn add_score_grad(
         g: &mut Array<f32>,
-        x: &Array<f32>,
+        x: &[f32],
+        xb: usize,
         x_sum: f32,
         y: &[f32],
         yb: usize,
+        yg: usize,
         i: usize,
         j: usize,
         lse_i: f32,
@@ -397,8 +442,8 @@ mod kernels {
     ) -> f32 {
         let mut p = 0.0f32;
         if tapa {
-            let a = tapa_amp(x, y, yb, inv_sqrt_a, amp);
-            let ph = tapa_phase(x, x_sum, y, yb, inv_sqrt_p, amp, w, linear);
+            let a = tapa_amp(x, xb, y, yb, inv_sqrt_a, amp);
+            let ph = tapa_phase(x, xb, x_sum, y, yb, inv_sqrt_p, amp, w, linear);
             let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
             let phi = two_pi_dist * ph;
             let cos_phi = f32::cos(phi);
@@ -408,7 +453,7 @@ mod kernels {
             let gp = -ds * a * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
             #[unroll]
             for c in 0..amp {
-                g[c] += ga * y[yb + c];
+                g[c] += ga * y[yg + c];
             }
             if linear {
                 #[unroll]
@@ -418,16 +463,16 @@ mod kernels {
             } else {
                 #[unroll]
                 for c in amp..w {
-                    g[c] += gp * y[yb + c];
+                    g[c] += gp * y[yg + c];
                 }
             }
         } else {
-            let s = dot_range(x, y, yb, 0usize, w) * scale;
+            let s = dot_range(x, xb, y, yb, 0usize, w) * scale;
             p += f32::exp(s - lse_i);
             let ds = p * (dp - delta_i) * scale;
             #[unroll]
             for c in 0..w {
-                g[c] += ds * y[yb + c];
+                g[c] += ds * y[yg + c];
             }
         }
         p
@@ -473,7 +518,7 @@ mod kernels {
         }
         let mut q_sum = 0.0f32;
         if tapa {
-            q_sum = sum_local(&qi, amp, w);
+            q_sum = sum_local(qi.as_slice(), 0usize, amp, w);
         }
         // Running max, starting at the finite −1e30 (written as an update: a negative literal
         // initialiser would be folded into a comptime constant by the `cube` macro).
@@ -482,7 +527,8 @@ mod kernels {
         let mut sum = 0.0f32;
         for j in 0..i + 1 {
             let s = score(
-                &qi,
+                qi.as_slice(),
+                0usize,
                 q_sum,
                 k,
                 (base + j) * w,
@@ -581,14 +627,32 @@ mod kernels {
         let delta_i = delta[r];
         let mut q_sum = 0.0f32;
         if tapa {
-            q_sum = sum_local(&qi, amp, w);
+            q_sum = sum_local(qi.as_slice(), 0usize, amp, w);
         }
         for j in 0..i + 1 {
             let kb = (base + j) * w;
-            let dp = dot_range(&doi, v, (base + j) * d, 0usize, d);
+            let dp = dot_range(doi.as_slice(), 0usize, v, (base + j) * d, 0usize, d);
             add_score_grad(
-                &mut gq, &qi, q_sum, k, kb, i, j, lse_i, dp, delta_i, scale, inv_sqrt_a,
-                inv_sqrt_p, alpha, w, tapa, amp, linear,
+                &mut gq,
+                qi.as_slice(),
+                0usize,
+                q_sum,
+                k,
+                kb,
+                kb,
+                i,
+                j,
+                lse_i,
+                dp,
+                delta_i,
+                scale,
+                inv_sqrt_a,
+                inv_sqrt_p,
+                alpha,
+                w,
+                tapa,
+                amp,
+                linear,
             );
         }
         #[unroll]
@@ -643,7 +707,7 @@ mod kernels {
         }
         let mut k_sum = 0.0f32;
         if tapa {
-            k_sum = sum_local(&kj, amp, w);
+            k_sum = sum_local(kj.as_slice(), 0usize, amp, w);
         }
         for i in j..l {
             let qr = base + i;
@@ -651,10 +715,28 @@ mod kernels {
             let ob = qr * d;
             let lse_i = lse[qr];
             let delta_i = delta[qr];
-            let dp = dot_range(&vj, dout, ob, 0usize, d);
+            let dp = dot_range(vj.as_slice(), 0usize, dout, ob, 0usize, d);
             let p = add_score_grad(
-                &mut gk, &kj, k_sum, q, qb, i, j, lse_i, dp, delta_i, scale, inv_sqrt_a,
-                inv_sqrt_p, alpha, w, tapa, amp, linear,
+                &mut gk,
+                kj.as_slice(),
+                0usize,
+                k_sum,
+                q,
+                qb,
+                qb,
+                i,
+                j,
+                lse_i,
+                dp,
+                delta_i,
+                scale,
+                inv_sqrt_a,
+                inv_sqrt_p,
+                alpha,
+                w,
+                tapa,
+                amp,
+                linear,
             );
             #[unroll]
             for c in 0..d {
@@ -724,7 +806,7 @@ mod kernels {
         }
         let mut q_sum = 0.0f32;
         if tapa {
-            q_sum += sum_local(&qi, amp, w);
+            q_sum += sum_local(qi.as_slice(), 0usize, amp, w);
         }
         let mut m = 0.0f32;
         m -= 1.0e30f32;
@@ -752,7 +834,8 @@ mod kernels {
                 }
                 for j in j0..jend {
                     let s = score(
-                        &qi,
+                        qi.as_slice(),
+                        0usize,
                         q_sum,
                         &ks,
                         (j - j0) * w,
@@ -1058,6 +1141,7 @@ mod kernels {
         #[comptime] amp: usize,
         #[comptime] linear: bool,
         #[comptime] bn: usize,
+        #[comptime] stage: bool,
     ) {
         let l = seq as usize;
         let t = UNIT_POS as usize;
@@ -1066,38 +1150,72 @@ mod kernels {
         let i = block * bn + t;
         let active = i < l;
         let r = base + i;
-        let mut qi = Array::<f32>::new(w);
+        // `stage` (comptime, CubeStrategy::TiledStaged): the unit's own read-only rows q̃_i and
+        // dout_i live in shared memory (row stride w + 1, d + 1: conflict-free across a plane)
+        // instead of local arrays, so only the dq̃ accumulator takes registers.
+        let mut qi = Array::<f32>::new(comptime!(if stage { 1 } else { w }));
         let mut gq = Array::<f32>::new(w);
-        let mut doi = Array::<f32>::new(d);
+        let mut doi = Array::<f32>::new(comptime!(if stage { 1 } else { d }));
+        // The own rows follow the tiles in `ks` and `vs`.
+        let mut ks = Shared::<[f32]>::new_slice(comptime!(if stage {
+            bn * w + bn * (w + 1)
+        } else {
+            bn * w
+        }));
+        let mut vs = Shared::<[f32]>::new_slice(comptime!(if stage {
+            bn * d + bn * (d + 1)
+        } else {
+            bn * d
+        }));
+        let qo = comptime!(bn * w) + t * comptime!(w + 1);
+        let oo = comptime!(bn * d) + t * comptime!(d + 1);
         #[unroll]
         for c in 0..w {
-            qi[c] = 0.0f32;
             gq[c] = 0.0f32;
         }
-        #[unroll]
-        for c in 0..d {
-            doi[c] = 0.0f32;
+        if !stage {
+            #[unroll]
+            for c in 0..w {
+                qi[c] = 0.0f32;
+            }
+            #[unroll]
+            for c in 0..d {
+                doi[c] = 0.0f32;
+            }
         }
         let mut lse_i = 0.0f32;
         let mut delta_i = 0.0f32;
         if active {
-            #[unroll]
-            for c in 0..w {
-                qi[c] = q[r * w + c];
-            }
-            #[unroll]
-            for c in 0..d {
-                doi[c] = dout[r * d + c];
+            if stage {
+                #[unroll]
+                for c in 0..w {
+                    ks[qo + c] = q[r * w + c];
+                }
+                #[unroll]
+                for c in 0..d {
+                    vs[oo + c] = dout[r * d + c];
+                }
+            } else {
+                #[unroll]
+                for c in 0..w {
+                    qi[c] = q[r * w + c];
+                }
+                #[unroll]
+                for c in 0..d {
+                    doi[c] = dout[r * d + c];
+                }
             }
             lse_i += lse[r];
             delta_i += delta[r];
         }
         let mut q_sum = 0.0f32;
         if tapa {
-            q_sum += sum_local(&qi, amp, w);
+            if stage {
+                q_sum += sum_local(ks.as_slice(), qo, amp, w);
+            } else {
+                q_sum += sum_local(qi.as_slice(), 0usize, amp, w);
+            }
         }
-        let mut ks = Shared::<[f32]>::new_slice(comptime!(bn * w));
-        let mut vs = Shared::<[f32]>::new_slice(comptime!(bn * d));
         for tile in 0..block + 1 {
             let j0 = tile * bn;
             let jl = j0 + t;
@@ -1119,11 +1237,60 @@ mod kernels {
                 }
                 for j in j0..jend {
                     let kb = (j - j0) * w;
-                    let dp = dot_range(&doi, &vs, (j - j0) * d, 0usize, d);
-                    add_score_grad(
-                        &mut gq, &qi, q_sum, &ks, kb, i, j, lse_i, dp, delta_i, scale, inv_sqrt_a,
-                        inv_sqrt_p, alpha, w, tapa, amp, linear,
-                    );
+                    if stage {
+                        // 0 for every j < 2^31, but not provably: the own rows' loads stay in the
+                        // loop (not hoisted into registers, which would undo the staging), and
+                        // the update re-reads k̃_j instead of keeping the score's loads.
+                        let opaque = j / 2147483648usize;
+                        let dp =
+                            dot_range(vs.as_slice(), oo + opaque, &vs, (j - j0) * d, 0usize, d);
+                        add_score_grad(
+                            &mut gq,
+                            ks.as_slice(),
+                            qo + opaque,
+                            q_sum,
+                            &ks,
+                            kb,
+                            kb + opaque,
+                            i,
+                            j,
+                            lse_i,
+                            dp,
+                            delta_i,
+                            scale,
+                            inv_sqrt_a,
+                            inv_sqrt_p,
+                            alpha,
+                            w,
+                            tapa,
+                            amp,
+                            linear,
+                        );
+                    } else {
+                        let dp = dot_range(doi.as_slice(), 0usize, &vs, (j - j0) * d, 0usize, d);
+                        add_score_grad(
+                            &mut gq,
+                            qi.as_slice(),
+                            0usize,
+                            q_sum,
+                            &ks,
+                            kb,
+                            kb,
+                            i,
+                            j,
+                            lse_i,
+                            dp,
+                            delta_i,
+                            scale,
+                            inv_sqrt_a,
+                            inv_sqrt_p,
+                            alpha,
+                            w,
+                            tapa,
+                            amp,
+                            linear,
+                        );
+                    }
                 }
             }
             sync_cube();
@@ -1162,6 +1329,7 @@ mod kernels {
         #[comptime] bn: usize,
         #[comptime] with_dk: bool,
         #[comptime] with_dv: bool,
+        #[comptime] stage: bool,
     ) {
         let l = seq as usize;
         let t = UNIT_POS as usize;
@@ -1172,22 +1340,42 @@ mod kernels {
         let r = base + j;
         // `with_dk` / `with_dv` (comptime): which of `dk`, `dv` this launch writes; the state
         // of the other is never touched, so the compiler drops it (CubeStrategy::TiledSplit).
-        let mut kj = Array::<f32>::new(w);
+        // `stage` (comptime, CubeStrategy::TiledStaged): the unit's own read-only rows k̃_j and
+        // v_j live in shared memory (row stride w + 1, d + 1: conflict-free across a plane)
+        // instead of local arrays, so only the dk̃ and dv accumulators take registers.
+        let mut kj = Array::<f32>::new(comptime!(if stage { 1 } else { w }));
         let mut gk = Array::<f32>::new(w);
-        let mut vj = Array::<f32>::new(d);
+        let mut vj = Array::<f32>::new(comptime!(if stage { 1 } else { d }));
         let mut gv = Array::<f32>::new(d);
-        #[unroll]
-        for c in 0..w {
-            kj[c] = 0.0f32;
+        // The own rows follow the tiles in `qs` and `dos`.
+        let mut qs = Shared::<[f32]>::new_slice(comptime!(if stage {
+            bn * w + bn * (w + 1)
+        } else {
+            bn * w
+        }));
+        let mut dos = Shared::<[f32]>::new_slice(comptime!(if stage {
+            bn * d + bn * (d + 1)
+        } else {
+            bn * d
+        }));
+        let ko = comptime!(bn * w) + t * comptime!(w + 1);
+        let vo = comptime!(bn * d) + t * comptime!(d + 1);
+        if !stage {
+            #[unroll]
+            for c in 0..w {
+                kj[c] = 0.0f32;
+            }
         }
         if with_dk {
             #[unroll]
             for c in 0..w {
                 gk[c] = 0.0f32;
             }
-            #[unroll]
-            for c in 0..d {
-                vj[c] = 0.0f32;
+            if !stage {
+                #[unroll]
+                for c in 0..d {
+                    vj[c] = 0.0f32;
+                }
             }
         }
         if with_dv {
@@ -1197,23 +1385,38 @@ mod kernels {
             }
         }
         if active {
-            #[unroll]
-            for c in 0..w {
-                kj[c] = k[r * w + c];
-            }
-            if with_dk {
+            if stage {
                 #[unroll]
-                for c in 0..d {
-                    vj[c] = v[r * d + c];
+                for c in 0..w {
+                    qs[ko + c] = k[r * w + c];
+                }
+                if with_dk {
+                    #[unroll]
+                    for c in 0..d {
+                        dos[vo + c] = v[r * d + c];
+                    }
+                }
+            } else {
+                #[unroll]
+                for c in 0..w {
+                    kj[c] = k[r * w + c];
+                }
+                if with_dk {
+                    #[unroll]
+                    for c in 0..d {
+                        vj[c] = v[r * d + c];
+                    }
                 }
             }
         }
         let mut k_sum = 0.0f32;
         if tapa {
-            k_sum += sum_local(&kj, amp, w);
+            if stage {
+                k_sum += sum_local(qs.as_slice(), ko, amp, w);
+            } else {
+                k_sum += sum_local(kj.as_slice(), 0usize, amp, w);
+            }
         }
-        let mut qs = Shared::<[f32]>::new_slice(comptime!(bn * w));
-        let mut dos = Shared::<[f32]>::new_slice(comptime!(bn * d));
         let mut ls = Shared::<[f32]>::new_slice(bn);
         let mut dls = Shared::<[f32]>::new_slice(bn);
         let n_tiles = (l + bn - 1) / bn;
@@ -1250,23 +1453,111 @@ mod kernels {
                     let lse_i = ls[tq];
                     let delta_i = dls[tq];
                     let mut p = 0.0f32;
-                    if with_dk {
-                        let dp = dot_range(&vj, &dos, ob, 0usize, d);
-                        p += add_score_grad(
-                            &mut gk, &kj, k_sum, &qs, qb, i, j, lse_i, dp, delta_i, scale,
-                            inv_sqrt_a, inv_sqrt_p, alpha, w, tapa, amp, linear,
-                        );
+                    // Staged: an offset that is 0 for every i < 2^31 but that the compiler cannot
+                    // prove constant. The own rows' loads then stay in the loop instead of being
+                    // hoisted into registers (which would undo the staging), and the updates
+                    // re-read q̃_i and dout_i instead of keeping the score's loads.
+                    let mut og = ob;
+                    let mut opaque = 0usize;
+                    if stage {
+                        opaque += i / 2147483648usize;
+                        og += opaque;
+                    }
+                    if stage {
+                        if with_dk {
+                            let dp = dot_range(dos.as_slice(), vo + opaque, &dos, ob, 0usize, d);
+                            p += add_score_grad(
+                                &mut gk,
+                                qs.as_slice(),
+                                ko + opaque,
+                                k_sum,
+                                &qs,
+                                qb,
+                                qb + opaque,
+                                i,
+                                j,
+                                lse_i,
+                                dp,
+                                delta_i,
+                                scale,
+                                inv_sqrt_a,
+                                inv_sqrt_p,
+                                alpha,
+                                w,
+                                tapa,
+                                amp,
+                                linear,
+                            );
+                        } else {
+                            let s = score(
+                                qs.as_slice(),
+                                ko + opaque,
+                                k_sum,
+                                &qs,
+                                qb,
+                                i,
+                                j,
+                                scale,
+                                inv_sqrt_a,
+                                inv_sqrt_p,
+                                alpha,
+                                w,
+                                tapa,
+                                amp,
+                                linear,
+                            );
+                            p += f32::exp(s - lse_i);
+                        }
                     } else {
-                        let s = score(
-                            &kj, k_sum, &qs, qb, i, j, scale, inv_sqrt_a, inv_sqrt_p, alpha, w,
-                            tapa, amp, linear,
-                        );
-                        p += f32::exp(s - lse_i);
+                        if with_dk {
+                            let dp = dot_range(vj.as_slice(), 0usize, &dos, ob, 0usize, d);
+                            p += add_score_grad(
+                                &mut gk,
+                                kj.as_slice(),
+                                0usize,
+                                k_sum,
+                                &qs,
+                                qb,
+                                qb,
+                                i,
+                                j,
+                                lse_i,
+                                dp,
+                                delta_i,
+                                scale,
+                                inv_sqrt_a,
+                                inv_sqrt_p,
+                                alpha,
+                                w,
+                                tapa,
+                                amp,
+                                linear,
+                            );
+                        } else {
+                            let s = score(
+                                kj.as_slice(),
+                                0usize,
+                                k_sum,
+                                &qs,
+                                qb,
+                                i,
+                                j,
+                                scale,
+                                inv_sqrt_a,
+                                inv_sqrt_p,
+                                alpha,
+                                w,
+                                tapa,
+                                amp,
+                                linear,
+                            );
+                            p += f32::exp(s - lse_i);
+                        }
                     }
                     if with_dv {
                         #[unroll]
                         for c in 0..d {
-                            gv[c] += p * dos[ob + c];
+                            gv[c] += p * dos[og + c];
                         }
                     }
                 }
@@ -1657,19 +1948,36 @@ fn transform(
 fn tiling(strategy: &CubeStrategy, plan: &Plan) -> Option<(usize, CubeCount, CubeDim)> {
     let (CubeStrategy::Tiled { tile }
     | CubeStrategy::TiledSplit { tile }
+    | CubeStrategy::TiledStaged { tile }
     | CubeStrategy::Cmma { tile }) = strategy
     else {
         return None;
     };
     let bn = tile.unwrap_or_else(|| auto_tile(plan.w, plan.head_dim));
+    Some(tile_launch(bn, plan))
+}
+
+/// Shared memory per cube on `client`'s device, bytes (while capturing for CUDA, the CUDA
+/// device's).
+fn max_shared(client: &cubecl::client::Client) -> usize {
+    #[cfg(feature = "cuda-source")]
+    if let Some((props, _)) = super::cuda_source::capturing() {
+        return props.hardware.max_shared_memory_size;
+    }
+    client.properties().hardware.max_shared_memory_size
+}
+
+/// `(bn, cube count, cube dim)` of the tiled kernels for tiles of `bn` rows: one cube per (block
+/// of `bn` rows, batch·head), `bn` units each.
+fn tile_launch(bn: usize, plan: &Plan) -> (usize, CubeCount, CubeDim) {
     assert!(bn >= 1, "tile must be at least one row");
     let blocks = plan.seq.div_ceil(bn).max(1);
     let slices = (plan.rows / plan.seq.max(1)).max(1);
-    Some((
+    (
         bn,
         CubeCount::Static(blocks as u32, slices as u32, 1),
         CubeDim::new_1d(bn as u32),
-    ))
+    )
 }
 
 /// Whether `client`'s device runs the tensor-core forward: `cmma` with f16 operands, f32
@@ -1954,6 +2262,13 @@ pub fn backward(
             );
         }
         Some((bn, tcount, tdim)) => {
+            let stage = matches!(params.strategy, CubeStrategy::TiledStaged { .. });
+            let (bn, tcount, tdim) = match params.strategy {
+                CubeStrategy::TiledStaged { tile: None } => {
+                    tile_launch(auto_tile_staged(plan.w, d, max_shared(&client)), &plan)
+                }
+                _ => (bn, tcount, tdim),
+            };
             launch!(
                 attn_bwd_dq_tiled,
                 &client,
@@ -1977,6 +2292,7 @@ pub fn backward(
                 plan.amp,
                 plan.linear,
                 bn,
+                stage,
             );
             // Tiled: one launch writes both; TiledSplit: `dv`, then `dk` (the type's docs).
             let parts: &[(bool, bool)] = match params.strategy {
@@ -2010,6 +2326,7 @@ pub fn backward(
                     bn,
                     with_dk,
                     with_dv,
+                    stage,
                 );
             }
         }

@@ -236,31 +236,34 @@ fn entry_name(source: &str) -> Option<String> {
 }
 
 /// The launch layouts [`attention_sources`] captures, by their `--strategy` names.
-pub const STRATEGIES: [&str; 4] = ["rows", "tiled", "tiled-split", "cmma"];
+pub const STRATEGIES: [&str; 5] = ["rows", "tiled", "tiled-split", "tiled-staged", "cmma"];
+
+/// An encoding to capture: its name (for `uses`), the CPU kernels' description of it and, for
+/// PoPE, the phase bias δ `[heads · head_dim]` (`bench_encoding` of the `bench` module builds these as
+/// `lab bench attention` does).
+pub type NamedEncoding = (String, super::cpu::KernelEncoding, Option<Vec<f32>>);
 
 /// The CUDA C++ of every kernel the attention forward and backward launch for each of
-/// `encodings` (names of [`crate::bench::BENCH_ENCODINGS`], built as `lab bench attention`
-/// builds them) under each layout of [`STRATEGIES`], at `heads` × `head_dim`, for compute
+/// `encodings` under each layout of [`STRATEGIES`], at `heads` × `head_dim`, for compute
 /// capability `sm`; a kernel launched by several calls is listed once ([`merge`]; `uses` lists
 /// every `encoding/strategy`). `device` is a `wgpu` device: the calls allocate their buffers
 /// there and launch nothing of the lab's. The sequence length is a runtime argument of every
 /// kernel, so the sources hold for any `seq` (32 is used).
 ///
 /// # Errors
-/// An unknown encoding or an odd `head_dim` (one line), or a kernel that fails to compile.
+/// A kernel that fails to expand or compile: one line naming it.
 pub fn attention_sources(
     device: &burn::tensor::Device,
     sm: u32,
     heads: usize,
     head_dim: usize,
-    encodings: &[&str],
+    encodings: &[NamedEncoding],
 ) -> Result<Vec<KernelSource>, String> {
     use super::cube::{self, CubeAttentionParams, CubeStrategy};
     let shape = [1, heads, 32, head_dim];
     let zeros = vec![0.0f32; shape.iter().product()];
     let mut all = Vec::new();
-    for &name in encodings {
-        let (encoding, delta) = crate::bench::bench_encoding(name, heads, head_dim)?;
+    for (name, encoding, delta) in encodings {
         for strategy_name in STRATEGIES {
             let delta = delta
                 .as_ref()
