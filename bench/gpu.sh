@@ -18,23 +18,31 @@
 #   (cubecl-llvm downloads its LLVM bundle on the first build), and also runs the cube_bench example.
 # Either needs a CUDA driver (cubecl-cuda loads it and NVRTC at run time) and a CUDA build of
 # PyTorch >= 2.5 (FlexAttention) for the baselines. Writes into $OUT (default results/bench/gpu):
-# gpu.txt, ldd.txt, selfcheck.txt, cube.jsonl, cube-split.jsonl, cube-staged.jsonl, cube-cmma.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
+# gpu.txt, ldd.txt, selfcheck-new.txt, selfcheck.txt, cube.jsonl, cube-split.jsonl, cube-staged.jsonl, cube-cmma.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
 # train-step-lab.json, train-step-lab.log, train-step-lab-warm.json, train-step-lab-warm.log, train-step-torch.jsonl, kernel-cache-size.txt, cubecl-compile.log, cubecl-autotune.log, indirect-full.log (+ indirect-full/).
 #
-# Order (2026-12-05): what was never measured comes first, each step under its own limit so that one slow step
-# cannot take the rest: the training step cold (TRAIN_S, 150 s: the first GPU run's `lab bench train-step` printed
-# nothing within 60 s) and warm (TRAIN_WARM_S, 60 s: the kernel cache filled by the cold one), the block-width
-# sweep's runs/hour (SWEEP_S), the selfcheck (114 s on the H200; its `kernel cmma` rows are new; SELFCHECK=0 skips
-# it), the lab's attention op (default layout, tiled-split, tiled-staged, cmma), PyTorch SDPA, indirect-indexing, and last
-# FlexAttention (measured on the first run; compiles one kernel per encoding, dtype and length: FLEX_SEQS 4096 and
-# FLEX_DTYPES bf16 by default, FLEX_S 100 s). Every section is stamped with the time, and on CUDA a cubecl.toml
-# (removed at exit) logs CubeCL's kernel compilations and autotune decisions into $OUT/cubecl-*.log.
+# Two parts (PART=1, PART=2; default all), so that a 15-minute device budget runs them as two calls: part 1 is what
+# no GPU has measured yet (the training step cold and warm, the GPU sweep's runs/hour, the selfcheck of the
+# layouts never run on a GPU — `lab selfcheck --layouts tiled-split,tiled-staged,cmma`, NEW_CHECK_S 100 s — and
+# their timings), part 2 the rest (the default layout's timings, PyTorch SDPA, the full selfcheck under
+# SELFCHECK_S 150 s, indirect-indexing, the CPU sweep, FlexAttention); PART=2 keeps part 1's kernel cache.
+# Order (2026-12-05), each step under its own limit so that one slow step cannot take the rest. Part 1: the
+# training step cold (TRAIN_S, 150 s: the first GPU run's `lab bench train-step` printed nothing within 60 s) and
+# warm (TRAIN_WARM_S, 60 s: the kernel cache filled by the cold one), PyTorch's step (TORCH_STEP_S, 60 s), the
+# block-width sweep's runs/hour (SWEEP_S), the new layouts' selfcheck (NEW_CHECK_S), then the lab's attention op
+# with --strategy tiled-split, tiled-staged and cmma. Part 2: the default layout (tiled) and PyTorch SDPA, the full
+# selfcheck (114 s on the H200 for the 608 checks of 2026-12-04; SELFCHECK=0 skips both selfchecks),
+# indirect-indexing, the CPU sweep, and last FlexAttention (measured on the first run; compiles one kernel per
+# encoding, dtype and length: FLEX_SEQS 4096 and FLEX_DTYPES bf16 by default, FLEX_S 100 s). Every section is
+# stamped with the time, and on CUDA a cubecl.toml (removed at exit) logs CubeCL's kernel compilations and
+# autotune decisions into $OUT/cubecl-*.log.
 #
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
 # TRAIN_S, TRAIN_STEPS (10), TRAIN_WARM_S (60: the step again with the kernel cache warm), LAB_KERNEL_CACHE and
 # KEEP_KERNEL_CACHE (the cache's folder, emptied at the start unless KEEP_KERNEL_CACHE=1), FLEX_SEQS, FLEX_DTYPES, FLEX_S, SELFCHECK (1), SDPA_S (60), ATTN_S (90),
-# SPLIT_S (60) and SPLIT_ENCODINGS (nope,pope,tapa: the op again with --strategy tiled-split, into cube-split.jsonl),
-# STAGED_S (60) and STAGED_ENCODINGS (nope,pope,tapa: the op with --strategy tiled-staged, into cube-staged.jsonl),
+# PART (1, 2 or all), NEW_CHECK_S (100) and NEW_LAYOUTS (tiled-split,tiled-staged,cmma), SELFCHECK_S (150), TORCH_STEP_S (60),
+# SPLIT_S (50) and SPLIT_ENCODINGS (nope,pope,tapa: the op again with --strategy tiled-split, into cube-split.jsonl),
+# STAGED_S (50) and STAGED_ENCODINGS (nope,pope,tapa: the op with --strategy tiled-staged, into cube-staged.jsonl),
 # CMMA_S (45) and CMMA_ENCODINGS (nope,rope,pope,tapa: the op again with --strategy cmma, into cube-cmma.jsonl),
 # BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine), INDIRECT_S (seconds of indirect-indexing `full`, 45),
 # INDIRECT_JOBS (its runs at once on the GPU, 1), SWEEP_S and SWEEP_JOBS (the default block-width sweep with that many
@@ -66,13 +74,22 @@ FLEX_DTYPES=${FLEX_DTYPES:-bf16}
 FLEX_S=${FLEX_S:-100}
 SDPA_S=${SDPA_S:-60}
 ATTN_S=${ATTN_S:-90}
-SPLIT_S=${SPLIT_S:-60}
+SPLIT_S=${SPLIT_S:-50}
 SPLIT_ENCODINGS=${SPLIT_ENCODINGS:-nope,pope,tapa}
-STAGED_S=${STAGED_S:-60}
+STAGED_S=${STAGED_S:-50}
 STAGED_ENCODINGS=${STAGED_ENCODINGS:-nope,pope,tapa}
 CMMA_S=${CMMA_S:-45}
 CMMA_ENCODINGS=${CMMA_ENCODINGS:-nope,rope,pope,tapa}
 SELFCHECK=${SELFCHECK:-1}
+SELFCHECK_S=${SELFCHECK_S:-150}
+NEW_CHECK_S=${NEW_CHECK_S:-100}
+NEW_LAYOUTS=${NEW_LAYOUTS:-tiled-split,tiled-staged,cmma}
+TORCH_STEP_S=${TORCH_STEP_S:-60}
+PART=${PART:-all}
+case $PART in all|1|2) ;; *) echo "error: PART=$PART: allowed values are 1, 2 or all" >&2; exit 2 ;; esac
+part() { [[ $PART == all || $PART == "$1" ]]; }
+# Part 2 in its own call continues with part 1's kernel cache.
+[[ $PART == 2 ]] && KEEP_KERNEL_CACHE=${KEEP_KERNEL_CACHE:-1}
 T0=$(date +%s)
 section() { echo "== [$(date -u +%H:%M:%S), +$(( $(date +%s) - T0 )) s] $*"; }
 # CubeCL's on-disk kernel cache (lab/src/kernels/kernel_cache.rs): emptied here so that the first training
@@ -129,6 +146,7 @@ if grep -q "not found" "$OUT/ldd.txt"; then
     echo "error: shared libraries of $LAB not found on this machine (see $OUT/ldd.txt)" >&2
 fi
 
+if part 1; then
 section "training step of the quick model: lab on $BACKEND (fused, $TRAIN_STEPS steps after 2, at most $TRAIN_S s) vs PyTorch eager"
 timeout "$TRAIN_S" "$LAB" bench train-step --preset "${PRESET:-quick}" --backend "$BACKEND" --attention fused \
     --warmup 2 --steps "$TRAIN_STEPS" > "$OUT/train-step-lab.json" 2> >(tee "$OUT/train-step-lab.log" >&2) \
@@ -144,8 +162,8 @@ cat "$OUT/train-step-lab-warm.json"
 shape_json="$OUT/train-step-lab.json"
 [[ -s $shape_json ]] || shape_json="$OUT/train-step-lab-warm.json"
 if [[ -s "$shape_json" ]]; then
-    "$PYTHON" "$HERE/torch_baseline.py" --shape "$shape_json" --device cuda | tee "$OUT/train-step-torch.jsonl" \
-        || echo "PyTorch train-step failed"
+    timeout "$TORCH_STEP_S" "$PYTHON" "$HERE/torch_baseline.py" --shape "$shape_json" --device cuda \
+        | tee "$OUT/train-step-torch.jsonl" || echo "PyTorch train-step failed or stopped"
 else
     echo "no lab figure: PyTorch's step is not timed either (it needs the lab's model shape)"
 fi
@@ -157,23 +175,12 @@ timeout "${SWEEP_S:-45}" "$LAB" sweep block-width --backend "$BACKEND" --jobs "$
 echo "runs finished in ${SWEEP_S:-45} s with ${SWEEP_JOBS:-4} jobs: $(ls "$OUT"/block-width/runs/*/runs.parquet 2>/dev/null | wc -l)" \
     | tee "$OUT/block-width-throughput.txt"
 
-if [[ $SELFCHECK == 1 ]]; then
-    section "lab selfcheck --backend $BACKEND"
-    "$LAB" selfcheck --backend "$BACKEND" 2>&1 | tee "$OUT/selfcheck.txt" || echo "selfcheck failed (exit status above)"
+# The layouts no GPU has run, checked before they are timed (a timing counts only if its checks pass).
+if [[ $SELFCHECK == 1 && $CARGO_ROUTE == 0 ]]; then
+    section "lab selfcheck --backend $BACKEND --layouts $NEW_LAYOUTS (at most $NEW_CHECK_S s)"
+    timeout "$NEW_CHECK_S" "$LAB" selfcheck --backend "$BACKEND" --layouts "$NEW_LAYOUTS" 2>&1 \
+        | tee "$OUT/selfcheck-new.txt" || echo "selfcheck --layouts failed or stopped (exit status above)"
 fi
-
-cube_arg=()
-if [[ $CARGO_ROUTE == 1 ]]; then
-    echo "== cube kernels (f32), cargo feature cuda"
-    cargo run --quiet --release -p lab --features cuda --example cube_bench -- \
-        --device cuda --encodings "$ENCODINGS" "${shape[@]}" | tee "$OUT/cube.jsonl"
-    cube_arg=(--cube "$OUT/cube.jsonl")
-else
-    section "the fused attention op (f32) through lab bench attention --backend $BACKEND (at most $ATTN_S s)"
-    timeout "$ATTN_S" "$LAB" bench attention --backend "$BACKEND" --encodings "$ENCODINGS" "${shape[@]}" > "$OUT/cube.jsonl" \
-        || echo "lab bench attention stopped (exit $?)"
-fi
-if [[ -s "$OUT/cube.jsonl" ]]; then cube_arg=(--cube "$OUT/cube.jsonl"); fi
 if [[ $CARGO_ROUTE == 0 ]]; then
     # The hypothesis for PoPE's slow backward (docs/performance.md, "GPU"): register spills in the
     # key-side kernel; `tiled-split` runs it as a dv and a dk launch with fewer floats per unit.
@@ -190,6 +197,27 @@ if [[ $CARGO_ROUTE == 0 ]]; then
     section "the same op with --strategy cmma ($CMMA_ENCODINGS; at most $CMMA_S s)"
     timeout "$CMMA_S" "$LAB" bench attention --backend "$BACKEND" --encodings "$CMMA_ENCODINGS" --strategy cmma \
         "${shape[@]}" > "$OUT/cube-cmma.jsonl" || echo "lab bench attention --strategy cmma stopped (exit $?)"
+fi
+fi  # part 1
+
+if part 2; then
+cube_arg=()
+if [[ $CARGO_ROUTE == 1 ]]; then
+    echo "== cube kernels (f32), cargo feature cuda"
+    cargo run --quiet --release -p lab --features cuda --example cube_bench -- \
+        --device cuda --encodings "$ENCODINGS" "${shape[@]}" | tee "$OUT/cube.jsonl"
+    cube_arg=(--cube "$OUT/cube.jsonl")
+else
+    section "the fused attention op (f32) through lab bench attention --backend $BACKEND (at most $ATTN_S s)"
+    timeout "$ATTN_S" "$LAB" bench attention --backend "$BACKEND" --encodings "$ENCODINGS" "${shape[@]}" > "$OUT/cube.jsonl" \
+        || echo "lab bench attention stopped (exit $?)"
+fi
+if [[ -s "$OUT/cube.jsonl" ]]; then cube_arg=(--cube "$OUT/cube.jsonl"); fi
+
+if [[ $SELFCHECK == 1 ]]; then
+    section "lab selfcheck --backend $BACKEND (every group; at most $SELFCHECK_S s)"
+    timeout "$SELFCHECK_S" "$LAB" selfcheck --backend "$BACKEND" 2>&1 | tee "$OUT/selfcheck.txt" \
+        || echo "selfcheck failed or stopped (exit status above)"
 fi
 
 rm -f "$OUT/torch.jsonl"
@@ -232,6 +260,8 @@ if (( ${#flex[@]} )); then
         --batch "$BATCH" --heads "$HEADS" --head-dim "$HEAD_DIM" --seq "$FLEX_SEQS" --iters "$ITERS" --warmup "$WARMUP" \
         --out "$OUT/torch.jsonl" "${cube_arg[@]}" | tee "$OUT/ratios-flex.txt" || echo "FlexAttention timings stopped"
 fi
+
+fi  # part 2
 
 du -sh "$LAB_KERNEL_CACHE" 2>/dev/null | tee "$OUT/kernel-cache-size.txt" || true
 section "done"

@@ -197,6 +197,11 @@ pub enum Cmd {
         /// Backend to check (`wgpu` and `cuda` need the cargo features of the same names).
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
+        /// Only the direct kernel checks of these launch layouts, comma-separated (rows, tiled,
+        /// tiled-16, tiled-split, tiled-staged, cmma; `wgpu` and `cuda` only): what a GPU has not
+        /// run yet, first in a short device session.
+        #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(lab::selfcheck::KERNEL_LAYOUTS))]
+        layouts: Option<Vec<String>>,
     },
     /// Benchmarks.
     Bench {

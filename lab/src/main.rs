@@ -129,8 +129,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("{}", command.run()?);
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Selfcheck { backend } => {
-            let report = lab::selfcheck::run(backend)?;
+        Cmd::Selfcheck { backend, layouts } => {
+            if layouts.is_some() && backend == lab::sweep::Backend::Cpu {
+                anyhow::bail!(
+                    "--layouts: the kernel layouts are CubeCL's, for --backend wgpu or cuda"
+                );
+            }
+            let layouts: Option<Vec<&str>> = layouts
+                .as_ref()
+                .map(|l| l.iter().map(String::as_str).collect());
+            let report = lab::selfcheck::run(backend, layouts.as_deref())?;
             println!("{}", report.text());
             Ok(ok(report.passed()))
         }

@@ -498,6 +498,24 @@ pub fn extension_checks(device: &Device) -> Vec<Check> {
 /// (plain), every case at every shape (module docs).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub fn cube_kernel_checks(device: &Device) -> Vec<Check> {
+    cube_kernel_checks_for(device, &KERNEL_LAYOUTS)
+}
+
+/// The launch layouts of the `kernel` groups, by the names `lab selfcheck --layouts` takes (the
+/// group is `kernel <name>`).
+pub const KERNEL_LAYOUTS: [&str; 6] = [
+    "rows",
+    "tiled",
+    "tiled-16",
+    "tiled-split",
+    "tiled-staged",
+    "cmma",
+];
+
+/// [`cube_kernel_checks`] for the layouts named in `layouts` only (names of [`KERNEL_LAYOUTS`];
+/// others are ignored).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub fn cube_kernel_checks_for(device: &Device, layouts: &[&str]) -> Vec<Check> {
     use crate::kernels::cube::{self, CubeAttentionParams, CubeStrategy};
 
     let strategies = [
@@ -514,12 +532,16 @@ pub fn cube_kernel_checks(device: &Device) -> Vec<Check> {
         ),
         ("kernel cmma", CubeStrategy::Cmma { tile: None }),
     ];
+    let strategies: Vec<_> = strategies
+        .into_iter()
+        .filter(|(group, _)| layouts.contains(&group.trim_start_matches("kernel ")))
+        .collect();
     let mut checks = Vec::new();
     for c in reference_cases(11) {
         let shape = c.shape;
         let (encoding, delta) = c.pos.kernel_encoding();
         let delta = delta.map(|t| cube::host_to_cube(&values(t), [shape[1] * shape[3]], device));
-        for (group, strategy) in strategies {
+        for &(group, strategy) in &strategies {
             let mut params =
                 CubeAttentionParams::from_kernel_encoding(encoding.clone(), delta.clone());
             params.strategy = strategy;
@@ -736,13 +758,32 @@ impl SelfcheckReport {
 }
 
 /// Run every group that applies to `backend` (module docs): `extension` and `train-step`
-/// everywhere, the direct `kernel` groups on `wgpu` and `cuda`.
+/// everywhere, the direct `kernel` groups on `wgpu` and `cuda`. With `layouts` (names of
+/// [`KERNEL_LAYOUTS`]), only the `kernel` groups of those layouts (`lab selfcheck --layouts`: the
+/// layouts a GPU has not run yet, checked first in a short device session).
 ///
 /// # Errors
 /// The backend's cargo feature is missing (one line naming the feature and the backends built).
-pub fn run(backend: Backend) -> Result<SelfcheckReport, crate::sweep::runner::SweepError> {
+pub fn run(
+    backend: Backend,
+    layouts: Option<&[&str]>,
+) -> Result<SelfcheckReport, crate::sweep::runner::SweepError> {
     let t0 = Instant::now();
     let device = backend.device()?;
+    if let Some(layouts) = layouts {
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        let checks = cube_kernel_checks_for(&device, layouts);
+        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        let checks = {
+            let _ = (&device, layouts);
+            Vec::new()
+        };
+        return Ok(SelfcheckReport {
+            backend: backend.name().to_string(),
+            checks,
+            seconds: t0.elapsed().as_secs_f64(),
+        });
+    }
     let mut checks = extension_checks(&device);
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     if backend != Backend::Cpu {
@@ -817,7 +858,7 @@ mod tests {
     /// The CPU selfcheck passes: the Rust kernels and the fast path agree with the reference.
     #[test]
     fn cpu_selfcheck_passes() {
-        let report = run(Backend::Cpu).expect("cpu is always built");
+        let report = run(Backend::Cpu, None).expect("cpu is always built");
         let text = report.text();
         assert!(report.passed(), "{text}");
         // 12 cases × 3 shapes × (out, dq, dk, dv) + PoPE's 3 dδ; 4 encodings × 2 paths × 5.

@@ -175,3 +175,18 @@ fn cuda_sources_for_sm90_cover_every_kernel() {
     entries.dedup();
     assert_eq!(entries.len(), sources.len());
 }
+
+/// `lab selfcheck --layouts`: only the named layouts' kernel groups run (the extension and
+/// training-step groups do not).
+#[test]
+fn selfcheck_layouts_run_only_those_kernel_groups() {
+    let report = selfcheck::run(Backend::Wgpu, Some(&["tiled-staged", "cmma"])).unwrap();
+    let groups: std::collections::BTreeSet<&str> =
+        report.checks.iter().map(|c| c.group.as_str()).collect();
+    assert_eq!(
+        groups.into_iter().collect::<Vec<_>>(),
+        ["kernel cmma", "kernel tiled-staged"]
+    );
+    assert_eq!(report.checks.len(), 2 * (12 * 3 * 4 + 3));
+    assert!(report.passed(), "{}", report.text());
+}
