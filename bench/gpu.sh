@@ -18,19 +18,20 @@
 #   (cubecl-llvm downloads its LLVM bundle on the first build), and also runs the cube_bench example.
 # Either needs a CUDA driver (cubecl-cuda loads it and NVRTC at run time) and a CUDA build of
 # PyTorch >= 2.5 (FlexAttention) for the baselines. Writes into $OUT (default results/bench/gpu):
-# gpu.txt, ldd.txt, selfcheck-new.txt, selfcheck.txt, cube.jsonl, cube-split.jsonl, cube-staged.jsonl, cube-cmma.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
+# gpu.txt, ldd.txt, selfcheck-new.txt, selfcheck.txt, cube.jsonl, cube-split.jsonl, cube-staged.jsonl, cube-cmma.jsonl, cube-cmma-wide.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
 # train-step-lab.json, train-step-lab.log, train-step-lab-warm.json, train-step-lab-warm.log, train-step-torch.jsonl, kernel-cache-size.txt, cubecl-compile.log, cubecl-autotune.log, indirect-full.log (+ indirect-full/).
 #
 # Two parts (PART=1, PART=2; default all), so that a 15-minute device budget runs them as two calls: part 1 is what
-# no GPU has measured yet (the training step cold and warm, the GPU sweep's runs/hour, the selfcheck of the
-# layouts never run on a GPU — `lab selfcheck --layouts tiled-split,tiled-staged,cmma`, NEW_CHECK_S 100 s — and
-# their timings), part 2 the rest (the default layout's timings, PyTorch SDPA, the full selfcheck under
-# SELFCHECK_S 150 s, indirect-indexing, the CPU sweep, FlexAttention); PART=2 keeps part 1's kernel cache.
+# no GPU has measured yet (the training step cold and warm, the GPU sweep's runs/hour, the timings of the layouts
+# never run on a GPU), part 2 first checks those layouts (`lab selfcheck --layouts
+# tiled-split,tiled-staged,cmma,cmma-wide`, NEW_CHECK_S 100 s: a part-1 timing counts only if its checks pass), then
+# the default layout's timings and PyTorch SDPA, the full selfcheck under SELFCHECK_S 150 s, indirect-indexing, the
+# CPU sweep, FlexAttention; PART=2 keeps part 1's kernel cache.
 # Order (2026-12-05), each step under its own limit so that one slow step cannot take the rest. Part 1: the
 # training step cold (TRAIN_S, 150 s: the first GPU run's `lab bench train-step` printed nothing within 60 s) and
 # warm (TRAIN_WARM_S, 60 s: the kernel cache filled by the cold one), PyTorch's step (TORCH_STEP_S, 60 s), the
-# block-width sweep's runs/hour (SWEEP_S), the new layouts' selfcheck (NEW_CHECK_S), then the lab's attention op
-# with --strategy tiled-split, tiled-staged and cmma. Part 2: the default layout (tiled) and PyTorch SDPA, the full
+# block-width sweep's runs/hour (SWEEP_S), then the lab's attention op with --strategy tiled-split, tiled-staged,
+# cmma and cmma-wide. Part 2: the new layouts' selfcheck (NEW_CHECK_S), the default layout (tiled) and PyTorch SDPA, the full
 # selfcheck (114 s on the H200 for the 608 checks of 2026-12-04; SELFCHECK=0 skips both selfchecks),
 # indirect-indexing, the CPU sweep, and last FlexAttention (measured on the first run; compiles one kernel per
 # encoding, dtype and length: FLEX_SEQS 4096 and FLEX_DTYPES bf16 by default, FLEX_S 100 s). Every section is
@@ -40,10 +41,11 @@
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
 # TRAIN_S, TRAIN_STEPS (10), TRAIN_WARM_S (60: the step again with the kernel cache warm), LAB_KERNEL_CACHE and
 # KEEP_KERNEL_CACHE (the cache's folder, emptied at the start unless KEEP_KERNEL_CACHE=1), FLEX_SEQS, FLEX_DTYPES, FLEX_S, SELFCHECK (1), SDPA_S (60), ATTN_S (90),
-# PART (1, 2 or all), NEW_CHECK_S (100) and NEW_LAYOUTS (tiled-split,tiled-staged,cmma), SELFCHECK_S (150), TORCH_STEP_S (60),
+# PART (1, 2 or all), NEW_CHECK_S (100) and NEW_LAYOUTS (tiled-split,tiled-staged,cmma,cmma-wide), SELFCHECK_S (150), TORCH_STEP_S (60),
 # SPLIT_S (50) and SPLIT_ENCODINGS (nope,pope,tapa: the op again with --strategy tiled-split, into cube-split.jsonl),
 # STAGED_S (50) and STAGED_ENCODINGS (nope,pope,tapa: the op with --strategy tiled-staged, into cube-staged.jsonl),
-# CMMA_S (45) and CMMA_ENCODINGS (nope,rope,pope,tapa: the op again with --strategy cmma, into cube-cmma.jsonl),
+# CMMA_S (45) and CMMA_ENCODINGS (nope,rope,pope,tapa: the op again with --strategy cmma, into cube-cmma.jsonl,
+# and with --strategy cmma-wide, into cube-cmma-wide.jsonl, CMMA_S each),
 # BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine), INDIRECT_S (seconds of indirect-indexing `full`, 45),
 # INDIRECT_JOBS (its runs at once on the GPU, 1), SWEEP_S and SWEEP_JOBS (the default block-width sweep with that many
 # run processes sharing the GPU, for runs/hour: 45 s, 4), CPU_SWEEP_S and CPU_SWEEP_JOBS (the same sweep on the
@@ -83,7 +85,7 @@ CMMA_ENCODINGS=${CMMA_ENCODINGS:-nope,rope,pope,tapa}
 SELFCHECK=${SELFCHECK:-1}
 SELFCHECK_S=${SELFCHECK_S:-150}
 NEW_CHECK_S=${NEW_CHECK_S:-100}
-NEW_LAYOUTS=${NEW_LAYOUTS:-tiled-split,tiled-staged,cmma}
+NEW_LAYOUTS=${NEW_LAYOUTS:-tiled-split,tiled-staged,cmma,cmma-wide}
 TORCH_STEP_S=${TORCH_STEP_S:-60}
 PART=${PART:-all}
 case $PART in all|1|2) ;; *) echo "error: PART=$PART: allowed values are 1, 2 or all" >&2; exit 2 ;; esac
@@ -175,12 +177,6 @@ timeout "${SWEEP_S:-45}" "$LAB" sweep block-width --backend "$BACKEND" --jobs "$
 echo "runs finished in ${SWEEP_S:-45} s with ${SWEEP_JOBS:-4} jobs: $(ls "$OUT"/block-width/runs/*/runs.parquet 2>/dev/null | wc -l)" \
     | tee "$OUT/block-width-throughput.txt"
 
-# The layouts no GPU has run, checked before they are timed (a timing counts only if its checks pass).
-if [[ $SELFCHECK == 1 && $CARGO_ROUTE == 0 ]]; then
-    section "lab selfcheck --backend $BACKEND --layouts $NEW_LAYOUTS (at most $NEW_CHECK_S s)"
-    timeout "$NEW_CHECK_S" "$LAB" selfcheck --backend "$BACKEND" --layouts "$NEW_LAYOUTS" 2>&1 \
-        | tee "$OUT/selfcheck-new.txt" || echo "selfcheck --layouts failed or stopped (exit status above)"
-fi
 if [[ $CARGO_ROUTE == 0 ]]; then
     # The hypothesis for PoPE's slow backward (docs/performance.md, "GPU"): register spills in the
     # key-side kernel; `tiled-split` runs it as a dv and a dk launch with fewer floats per unit.
@@ -197,10 +193,20 @@ if [[ $CARGO_ROUTE == 0 ]]; then
     section "the same op with --strategy cmma ($CMMA_ENCODINGS; at most $CMMA_S s)"
     timeout "$CMMA_S" "$LAB" bench attention --backend "$BACKEND" --encodings "$CMMA_ENCODINGS" --strategy cmma \
         "${shape[@]}" > "$OUT/cube-cmma.jsonl" || echo "lab bench attention --strategy cmma stopped (exit $?)"
+    # Four planes per cube sharing each key tile: a quarter of the one-plane kernel's key/value traffic.
+    section "the same op with --strategy cmma-wide ($CMMA_ENCODINGS; at most $CMMA_S s)"
+    timeout "$CMMA_S" "$LAB" bench attention --backend "$BACKEND" --encodings "$CMMA_ENCODINGS" --strategy cmma-wide \
+        "${shape[@]}" > "$OUT/cube-cmma-wide.jsonl" || echo "lab bench attention --strategy cmma-wide stopped (exit $?)"
 fi
 fi  # part 1
 
 if part 2; then
+# The layouts no GPU has run, timed in part 1: their timings count only if these checks pass.
+if [[ $SELFCHECK == 1 && $CARGO_ROUTE == 0 ]]; then
+    section "lab selfcheck --backend $BACKEND --layouts $NEW_LAYOUTS (at most $NEW_CHECK_S s)"
+    timeout "$NEW_CHECK_S" "$LAB" selfcheck --backend "$BACKEND" --layouts "$NEW_LAYOUTS" 2>&1 \
+        | tee "$OUT/selfcheck-new.txt" || echo "selfcheck --layouts failed or stopped (exit status above)"
+fi
 cube_arg=()
 if [[ $CARGO_ROUTE == 1 ]]; then
     echo "== cube kernels (f32), cargo feature cuda"
@@ -214,11 +220,6 @@ else
 fi
 if [[ -s "$OUT/cube.jsonl" ]]; then cube_arg=(--cube "$OUT/cube.jsonl"); fi
 
-if [[ $SELFCHECK == 1 ]]; then
-    section "lab selfcheck --backend $BACKEND (every group; at most $SELFCHECK_S s)"
-    timeout "$SELFCHECK_S" "$LAB" selfcheck --backend "$BACKEND" 2>&1 | tee "$OUT/selfcheck.txt" \
-        || echo "selfcheck failed or stopped (exit status above)"
-fi
 
 rm -f "$OUT/torch.jsonl"
 sdpa=() flex=()
@@ -228,6 +229,11 @@ if (( ${#sdpa[@]} )); then
     sdpa_list=$(IFS=,; echo "${sdpa[*]}")
     timeout "$SDPA_S" "$PYTHON" "$HERE/gpu_attention.py" --device cuda --dtypes bf16,f32 --encodings "$sdpa_list" "${shape[@]}" \
         --out "$OUT/torch.jsonl" "${cube_arg[@]}" | tee "$OUT/ratios-sdpa.txt" || echo "PyTorch SDPA timings stopped"
+fi
+if [[ $SELFCHECK == 1 ]]; then
+    section "lab selfcheck --backend $BACKEND (every group; at most $SELFCHECK_S s)"
+    timeout "$SELFCHECK_S" "$LAB" selfcheck --backend "$BACKEND" 2>&1 | tee "$OUT/selfcheck.txt" \
+        || echo "selfcheck failed or stopped (exit status above)"
 fi
 # As much of the indirect-indexing `full` preset (the PoPE paper's protocol) as fits in INDIRECT_S (45) seconds, for
 # its throughput on this GPU: the log's per-step progress and ms/step; runs cut off by the limit are discarded

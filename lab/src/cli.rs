@@ -198,7 +198,7 @@ pub enum Cmd {
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
         /// Only the direct kernel checks of these launch layouts, comma-separated (rows, tiled,
-        /// tiled-16, tiled-split, tiled-staged, cmma; `wgpu` and `cuda` only): what a GPU has not
+        /// tiled-16, tiled-split, tiled-staged, cmma, cmma-wide; `wgpu` and `cuda` only): what a GPU has not
         /// run yet, first in a short device session.
         #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(lab::selfcheck::KERNEL_LAYOUTS))]
         layouts: Option<Vec<String>>,
@@ -421,7 +421,7 @@ impl BenchCmd {
                         )
                         .map_err(anyhow::Error::msg)?;
                         // `cmma` runs the forward on tensor cores where it applies: f16 operands.
-                        let tensor_cores = strategy == "cmma"
+                        let tensor_cores = strategy.starts_with("cmma")
                             && lab::kernels::cmma_forward_applies(
                                 &device,
                                 enc.starts_with("tapa").then(|| {
@@ -580,7 +580,7 @@ pub enum BenchCmd {
         /// CubeCL kernel layout on wgpu/cuda: `tiled` (the model's default), `rows`,
         /// `tiled-split` (the key-side backward in two launches, fewer registers per unit),
         /// `tiled-staged` (the backward's own rows in shared memory, only accumulators in
-        /// registers), or
+        /// registers), `cmma-wide` (`cmma` with 4 planes per cube sharing each key tile), or
         /// `cmma` (the forward on tensor cores, f16 operands, where the device has them; `dtype`
         /// in the output says where it ran).
         #[arg(long, default_value = "tiled", value_parser = clap::builder::PossibleValuesParser::new(lab::kernels::CUBE_STRATEGIES))]
@@ -588,7 +588,7 @@ pub enum BenchCmd {
     },
     /// Write the CUDA C++ of the lab's attention kernels for an NVIDIA GPU of compute capability
     /// `--sm`, generated here without one: every kernel the forward and backward launch, for
-    /// every encoding and launch layout (rows, tiled, tiled-split, tiled-staged, cmma), compiled by cubecl-cpp
+    /// every encoding and launch layout (rows, tiled, tiled-split, tiled-staged, cmma, cmma-wide), compiled by cubecl-cpp
     /// as cubecl-cuda does before handing the text to NVRTC. One `.cu` file per distinct kernel
     /// and `kernels.tsv` (kernel, cube dim, shared memory, which encoding/layout uses it). Needs
     /// the cargo feature `cuda-source` and a wgpu device (Mesa's lavapipe will do; nothing of

@@ -503,13 +503,14 @@ pub fn cube_kernel_checks(device: &Device) -> Vec<Check> {
 
 /// The launch layouts of the `kernel` groups, by the names `lab selfcheck --layouts` takes (the
 /// group is `kernel <name>`).
-pub const KERNEL_LAYOUTS: [&str; 6] = [
+pub const KERNEL_LAYOUTS: [&str; 7] = [
     "rows",
     "tiled",
     "tiled-16",
     "tiled-split",
     "tiled-staged",
     "cmma",
+    "cmma-wide",
 ];
 
 /// [`cube_kernel_checks`] for the layouts named in `layouts` only (names of [`KERNEL_LAYOUTS`];
@@ -531,6 +532,7 @@ pub fn cube_kernel_checks_for(device: &Device, layouts: &[&str]) -> Vec<Check> {
             CubeStrategy::TiledStaged { tile: None },
         ),
         ("kernel cmma", CubeStrategy::Cmma { tile: None }),
+        ("kernel cmma-wide", CubeStrategy::CmmaWide { tile: None }),
     ];
     let strategies: Vec<_> = strategies
         .into_iter()

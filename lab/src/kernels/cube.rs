@@ -136,6 +136,17 @@ pub enum CubeStrategy {
         /// Rows per tile (= units per cube), or `None` for the automatic choice.
         tile: Option<usize>,
     },
+    /// [`CubeStrategy::Cmma`] with [`CMMA_WIDE_PLANES`] planes per cube, each owning 16 query
+    /// rows and all of them sharing each key tile the cube loads (64 query rows per cube): the
+    /// keys and values are read from global memory (L2) once per 64 query rows instead of once
+    /// per 16. At 4096 tokens × 8 heads × head_dim 64 the one-plane kernel streams about 2 GB of
+    /// f32 keys and values per call (0.2–0.3 ms at the H200's L2 bandwidth against
+    /// FlashAttention-2's 0.10 ms for the whole op), this one a quarter of it. Falls back like
+    /// `Cmma`; the backward is `Tiled`'s.
+    CmmaWide {
+        /// Rows per tile of the backward, or `None` for the automatic choice.
+        tile: Option<usize>,
+    },
     /// The forward on tensor cores (`cmma` 16×16×16, f16 operands, f32 accumulation; the
     /// `attn_fwd_cmma` kernel) where it applies ([`cmma_applies`]: a device with that `cmma`
     /// form and 32-unit planes, a dot-product encoding or TAPA with the quadratic phase, `W`,
@@ -162,6 +173,7 @@ impl CubeStrategy {
             "tiled-split" => Ok(Self::TiledSplit { tile: None }),
             "tiled-staged" => Ok(Self::TiledStaged { tile: None }),
             "cmma" => Ok(Self::Cmma { tile: None }),
+            "cmma-wide" => Ok(Self::CmmaWide { tile: None }),
             other => Err(format!(
                 "--strategy: unknown kernel layout `{other}` (allowed: {})",
                 super::CUBE_STRATEGIES.join(", ")
@@ -205,6 +217,9 @@ impl CubeAttentionParams {
         }
     }
 }
+
+/// Planes (32 units, 16 query rows each) per cube of [`CubeStrategy::CmmaWide`].
+pub const CMMA_WIDE_PLANES: usize = 4;
 
 /// Shared memory budget of the tiled kernels, bytes.
 const SHARED_BYTES: usize = 32 * 1024;
@@ -882,14 +897,18 @@ mod kernels {
     /// Forward on tensor cores: the contract of [`attn_fwd`] for the dot-product encodings
     /// (NoPE, RoPE, PoPE on `q̃`, `k̃`) and for TAPA with the quadratic phase. `cmma` 16×16×16
     /// with f16 operands and f32 accumulation (FlashAttention-2, Alg. 1, with WMMA-style
-    /// fragments): per key tile of 16, `S = Q̃ K̃ᵀ` over `w/16` steps — for TAPA two products,
-    /// the amplitude `Q_A K_Aᵀ` over the first `amp/16` steps and the phase `Q_P K_Pᵀ` over the
-    /// rest, combined per entry as in [`score`] — then the online softmax by one unit per query
-    /// row on the scores staged in shared memory, `P` rounded to f16, then `P V` per 16 output
-    /// columns, rescaled into a shared f32 output tile (fragments cannot be rescaled per row in
-    /// place). Launch: cube count `(ceil(seq/16), batch·heads, 1)`, cube dim 32 (one plane:
-    /// every unit takes part in every `cmma` call); `w`, `d` and (TAPA) `amp` multiples of 16.
-    /// Shared memory `64w + 160d + 1600` bytes, 1024 more for TAPA (PoPE at d 64: 19.6 KiB).
+    /// fragments). A cube holds `planes` planes of 32 units, plane `p` owning the 16 query rows
+    /// `i0 + 16p ..`; per key tile of 16 (loaded once per cube, f32 → f16), each plane that sees
+    /// the tile computes `S = Q̃ K̃ᵀ` over `w/16` steps — for TAPA two products, the amplitude
+    /// `Q_A K_Aᵀ` over the first `amp/16` steps and the phase `Q_P K_Pᵀ` over the rest, combined
+    /// per entry as in [`score`] — then the online softmax by one unit per query row on the scores
+    /// staged in shared memory, `P` rounded to f16, then `P V` per 16 output columns into shared
+    /// memory, from which each unit rescales its 16·d/32 entries of the output tile in registers
+    /// (fragments cannot be rescaled per row in place). Launch: cube count
+    /// `(ceil(seq/(16·planes)), batch·heads, 1)`, cube dim `32·planes` (every unit of a plane
+    /// takes part in its `cmma` calls); `w`, `d` and (TAPA) `amp` multiples of 16. Shared memory
+    /// `(32·planes + 32)·w + (32 + 64·planes)·d + 1600·planes` bytes, `1024·planes` more for TAPA
+    /// (PoPE at d 64: 15.6 KiB with one plane, 44 KiB with four).
     #[cube(launch, create_dummy_kernel)]
     pub fn attn_fwd_cmma(
         q: &[f32],
@@ -906,28 +925,43 @@ mod kernels {
         #[comptime] d: usize,
         #[comptime] tapa: bool,
         #[comptime] amp: usize,
+        #[comptime] planes: usize,
     ) {
         let l = seq as usize;
         let t = UNIT_POS as usize;
+        // `planes` planes of 32 units per cube, plane `pl` owning query rows
+        // `i0 + 16·pl .. i0 + 16·pl + 16`; every key tile is loaded once per cube for all of them.
+        let pl = t / 32usize;
+        let lane = t % 32usize;
+        let units = comptime!(32 * planes);
         let block = CUBE_POS_X as usize;
         let base = CUBE_POS_Y as usize * l;
-        let i0 = block * 16;
-        let mut qs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * w), 32usize);
+        let i0 = block * comptime!(16 * planes);
+        let ip = i0 + pl * 16usize;
+        let sc_per = comptime!(if tapa { 512usize } else { 256usize });
+        let mut qs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * planes * w), 32usize);
         let mut ks = Shared::<[f16]>::new_aligned_slice(comptime!(16 * w), 32usize);
         let mut vs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * d), 32usize);
-        let mut ps = Shared::<[f16]>::new_aligned_slice(256usize, 32usize);
-        // The scores of a key tile; TAPA's phase products after them.
+        let mut ps = Shared::<[f16]>::new_aligned_slice(comptime!(256 * planes), 32usize);
+        // Each plane's scores of a key tile; TAPA's phase products after them.
         let mut sc = Shared::<[f32]>::new_aligned_slice(
-            comptime!(if tapa { 512usize } else { 256usize }),
+            comptime!(planes * if tapa { 512usize } else { 256usize }),
             32usize,
         );
-        let mut pv = Shared::<[f32]>::new_aligned_slice(comptime!(16 * d), 32usize);
-        let mut os = Shared::<[f32]>::new_slice(comptime!(16 * d));
-        let mut corr = Shared::<[f32]>::new_slice(16usize);
-        // The query tile (rows past the sequence are zeros) and a zero output tile.
+        let mut pv = Shared::<[f32]>::new_aligned_slice(comptime!(16 * planes * d), 32usize);
+        // The plane's output tile, 16 × d, held by its 32 units: unit `lane` owns entries
+        // `s·32 + lane` (row `(s·32 + lane) / d`), so it never leaves registers.
+        let mut os = Array::<f32>::new(comptime!(d / 2));
+        let mut corr = Shared::<[f32]>::new_slice(comptime!(16 * planes));
+        let qb = pl * comptime!(16 * w);
+        let ob = pl * comptime!(16 * d);
+        let sb = pl * sc_per;
+        let pb = pl * 256usize;
+        let cb = pl * 16usize;
+        // The query tiles (rows past the sequence are zeros) and zero output tiles.
         #[unroll]
         for s in 0..comptime!(w / 2) {
-            let e = s * 32 + t;
+            let e = s * units + t;
             let i = i0 + e / w;
             let mut x = 0.0f32;
             if i < l {
@@ -937,18 +971,21 @@ mod kernels {
         }
         #[unroll]
         for s in 0..comptime!(d / 2) {
-            os[s * 32 + t] = 0.0f32;
+            os[s] = 0.0f32;
         }
         let mut m = 0.0f32;
         m -= 1.0e30f32;
         let mut sum = 0.0f32;
         let stride_w = comptime!(w as u32);
         let stride_d = comptime!(d as u32);
-        for tile in 0..block + 1 {
+        // Key tiles up to the cube's last query row; a plane computes only those its rows see.
+        let last_tile = block * planes + planes - 1usize;
+        let plane_last = block * planes + pl;
+        for tile in 0..last_tile + 1 {
             let j0 = tile * 16;
             #[unroll]
-            for s in 0..comptime!(w / 2) {
-                let e = s * 32 + t;
+            for s in 0..comptime!(w / (2 * planes)) {
+                let e = s * units + t;
                 let j = j0 + e / w;
                 let mut x = 0.0f32;
                 if j < l {
@@ -957,8 +994,8 @@ mod kernels {
                 ks[e] = f16::cast_from(x);
             }
             #[unroll]
-            for s in 0..comptime!(d / 2) {
-                let e = s * 32 + t;
+            for s in 0..comptime!(d / (2 * planes)) {
+                let e = s * units + t;
                 let j = j0 + e / d;
                 let mut x = 0.0f32;
                 if j < l {
@@ -967,66 +1004,71 @@ mod kernels {
                 vs[e] = f16::cast_from(x);
             }
             sync_cube();
-            // S = Q̃ K̃ᵀ: A = the query rows (row-major, stride w), B = the key rows read as a
-            // column-major [w, 16] matrix (stride w). One chain of `cmma` steps over the w/16
-            // column blocks into `sc[0..256]`; TAPA: two, the amplitude's blocks (0..amp/16) into
-            // `sc[0..256]` and the phase's (amp/16..w/16) into `sc[256..512]`.
-            let split = comptime!(if tapa { amp / 16 } else { w / 16 });
-            let chains = comptime!(if tapa { 2usize } else { 1usize });
-            #[unroll]
-            for ch in 0..chains {
-                let lo = ch * split;
-                let hi = split + ch * comptime!(w / 16 - split);
-                let acc = cmma::Matrix::<f32>::from_value(
-                    cmma::MatrixIdent::Accumulator,
-                    16usize,
-                    16usize,
-                    16usize,
-                    cmma::MatrixLayout::Undefined,
-                    0.0f32,
-                );
-                for c in lo..hi {
-                    let a = cmma::Matrix::<f16>::from_slice(
-                        cmma::MatrixIdent::A,
+            // `seen` is uniform over a plane: its `cmma` calls are taken by all its units or none.
+            let seen = tile <= plane_last;
+            // S = Q̃ K̃ᵀ: A = the plane's query rows (row-major, stride w), B = the key rows read
+            // as a column-major [w, 16] matrix (stride w). One chain of `cmma` steps over the w/16
+            // column blocks into the plane's `sc[0..256]`; TAPA: two, the amplitude's blocks
+            // (0..amp/16) into `sc[0..256]` and the phase's (amp/16..w/16) into `sc[256..512]`.
+            if seen {
+                let split = comptime!(if tapa { amp / 16 } else { w / 16 });
+                let chains = comptime!(if tapa { 2usize } else { 1usize });
+                #[unroll]
+                for ch in 0..chains {
+                    let lo = ch * split;
+                    let hi = split + ch * comptime!(w / 16 - split);
+                    let acc = cmma::Matrix::<f32>::from_value(
+                        cmma::MatrixIdent::Accumulator,
                         16usize,
                         16usize,
                         16usize,
+                        cmma::MatrixLayout::Undefined,
+                        0.0f32,
+                    );
+                    for c in lo..hi {
+                        let a = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::A,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::RowMajor,
+                            &qs[qb + c * 16..qb + comptime!(16 * w)],
+                            stride_w,
+                        );
+                        let b = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::B,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::ColMajor,
+                            &ks[c * 16..comptime!(16 * w)],
+                            stride_w,
+                        );
+                        cmma::execute(&a, &b, &acc, &acc);
+                    }
+                    cmma::store(
+                        &mut sc[sb + ch * 256..sb + ch * 256 + 256],
+                        &acc,
+                        16u32,
                         cmma::MatrixLayout::RowMajor,
-                        &qs[c * 16..comptime!(16 * w)],
-                        stride_w,
                     );
-                    let b = cmma::Matrix::<f16>::from_slice(
-                        cmma::MatrixIdent::B,
-                        16usize,
-                        16usize,
-                        16usize,
-                        cmma::MatrixLayout::ColMajor,
-                        &ks[c * 16..comptime!(16 * w)],
-                        stride_w,
-                    );
-                    cmma::execute(&a, &b, &acc, &acc);
                 }
-                cmma::store(
-                    &mut sc[ch * 256..ch * 256 + 256],
-                    &acc,
-                    16u32,
-                    cmma::MatrixLayout::RowMajor,
-                );
             }
             sync_cube();
-            // Online softmax, one unit per query row; the scores go back into `sc[0..256]`.
-            if t < 16 {
-                let i = i0 + t;
+            // Online softmax, one unit per query row of its plane; the scores go back into the
+            // plane's `sc[0..256]`. A tile the row does not see leaves m, sum unchanged (corr 1).
+            if lane < 16 {
+                let i = ip + lane;
                 let mut m_new = m;
                 for jj in 0..16usize {
                     let j = j0 + jj;
                     if j <= i && j < l {
-                        let e = t * 16 + jj;
+                        let e = sb + lane * 16 + jj;
                         let mut s_ij = 0.0f32;
                         if tapa {
                             s_ij += tapa_score(
                                 sc[e] * inv_sqrt_a,
-                                sc[256 + e] * inv_sqrt_p,
+                                sc[e + 256] * inv_sqrt_p,
                                 i,
                                 j,
                                 alpha,
@@ -1044,77 +1086,82 @@ mod kernels {
                     let j = j0 + jj;
                     let mut p = 0.0f32;
                     if j <= i && j < l {
-                        p = f32::exp(sc[t * 16 + jj] - m_new);
+                        p = f32::exp(sc[sb + lane * 16 + jj] - m_new);
                     }
-                    ps[t * 16 + jj] = f16::cast_from(p);
+                    ps[pb + lane * 16 + jj] = f16::cast_from(p);
                     row += p;
                 }
                 sum = sum * c + row;
                 m = m_new;
-                corr[t] = c;
+                corr[cb + lane] = c;
             }
             sync_cube();
-            // P V, 16 output columns at a time, into pv (row-major, stride d).
-            let a = cmma::Matrix::<f16>::from_slice(
-                cmma::MatrixIdent::A,
-                16usize,
-                16usize,
-                16usize,
-                cmma::MatrixLayout::RowMajor,
-                &ps[0..256usize],
-                16u32,
-            );
-            #[unroll]
-            for c in 0..comptime!(d / 16) {
-                let b = cmma::Matrix::<f16>::from_slice(
-                    cmma::MatrixIdent::B,
+            // P V, 16 output columns at a time, into the plane's pv (row-major, stride d).
+            if seen {
+                let a = cmma::Matrix::<f16>::from_slice(
+                    cmma::MatrixIdent::A,
                     16usize,
                     16usize,
                     16usize,
                     cmma::MatrixLayout::RowMajor,
-                    &vs[c * 16..comptime!(16 * d)],
-                    stride_d,
+                    &ps[pb..pb + 256usize],
+                    16u32,
                 );
-                let o = cmma::Matrix::<f32>::from_value(
-                    cmma::MatrixIdent::Accumulator,
-                    16usize,
-                    16usize,
-                    16usize,
-                    cmma::MatrixLayout::Undefined,
-                    0.0f32,
-                );
-                cmma::execute(&a, &b, &o, &o);
-                cmma::store(
-                    &mut pv[c * 16..comptime!(16 * d)],
-                    &o,
-                    stride_d,
-                    cmma::MatrixLayout::RowMajor,
-                );
+                #[unroll]
+                for c in 0..comptime!(d / 16) {
+                    let b = cmma::Matrix::<f16>::from_slice(
+                        cmma::MatrixIdent::B,
+                        16usize,
+                        16usize,
+                        16usize,
+                        cmma::MatrixLayout::RowMajor,
+                        &vs[c * 16..comptime!(16 * d)],
+                        stride_d,
+                    );
+                    let o = cmma::Matrix::<f32>::from_value(
+                        cmma::MatrixIdent::Accumulator,
+                        16usize,
+                        16usize,
+                        16usize,
+                        cmma::MatrixLayout::Undefined,
+                        0.0f32,
+                    );
+                    cmma::execute(&a, &b, &o, &o);
+                    cmma::store(
+                        &mut pv[ob + c * 16..ob + comptime!(16 * d)],
+                        &o,
+                        stride_d,
+                        cmma::MatrixLayout::RowMajor,
+                    );
+                }
             }
             sync_cube();
-            #[unroll]
-            for s in 0..comptime!(d / 2) {
-                let e = s * 32 + t;
-                os[e] = os[e] * corr[e / d] + pv[e];
+            // Each plane rescales its own rows (a tile the plane does not see changes nothing).
+            if seen {
+                #[unroll]
+                for s in 0..comptime!(d / 2) {
+                    let e = s * 32 + lane;
+                    os[s] = os[s] * corr[cb + e / d] + pv[ob + e];
+                }
             }
             sync_cube();
         }
-        if t < 16 {
-            let i = i0 + t;
+        if lane < 16 {
+            let i = ip + lane;
             let mut inv = 0.0f32;
             if i < l && sum > 0.0f32 {
                 inv = 1.0f32 / sum;
                 lse[base + i] = m + f32::ln(sum);
             }
-            corr[t] = inv;
+            corr[cb + lane] = inv;
         }
         sync_cube();
         #[unroll]
         for s in 0..comptime!(d / 2) {
-            let e = s * 32 + t;
-            let i = i0 + e / d;
+            let e = s * 32 + lane;
+            let i = ip + e / d;
             if i < l {
-                out[(base + i) * d + e % d] = os[e] * corr[e / d];
+                out[(base + i) * d + e % d] = os[s] * corr[cb + e / d];
             }
         }
     }
@@ -1949,7 +1996,8 @@ fn tiling(strategy: &CubeStrategy, plan: &Plan) -> Option<(usize, CubeCount, Cub
     let (CubeStrategy::Tiled { tile }
     | CubeStrategy::TiledSplit { tile }
     | CubeStrategy::TiledStaged { tile }
-    | CubeStrategy::Cmma { tile }) = strategy
+    | CubeStrategy::Cmma { tile }
+    | CubeStrategy::CmmaWide { tile }) = strategy
     else {
         return None;
     };
@@ -2014,12 +2062,14 @@ pub fn cmma_applies(q: &CubeTensor, params: &CubeAttentionParams) -> bool {
 }
 
 fn uses_cmma(client: &cubecl::client::Client, strategy: &CubeStrategy, plan: &Plan) -> bool {
-    let fits = matches!(strategy, CubeStrategy::Cmma { .. })
-        && cmma_shapes_fit(
-            plan.w,
-            plan.head_dim,
-            plan.tapa.then_some((plan.amp, plan.linear)),
-        );
+    let fits = matches!(
+        strategy,
+        CubeStrategy::Cmma { .. } | CubeStrategy::CmmaWide { .. }
+    ) && cmma_shapes_fit(
+        plan.w,
+        plan.head_dim,
+        plan.tapa.then_some((plan.amp, plan.linear)),
+    );
     // While capturing for CUDA, the device that counts is the CUDA one being compiled for.
     #[cfg(feature = "cuda-source")]
     if let Some((props, _)) = super::cuda_source::capturing() {
@@ -2081,11 +2131,15 @@ pub fn forward(
     let out = empty_like(&q, vec![b, h, l, d]);
     let lse = empty_like(&q, vec![b, h, l]);
     if uses_cmma(&q.client, &params.strategy, &plan) {
+        let planes = match params.strategy {
+            CubeStrategy::CmmaWide { .. } => CMMA_WIDE_PLANES,
+            _ => 1,
+        };
         launch!(
             attn_fwd_cmma,
             &q.client,
-            CubeCount::Static(l.div_ceil(16) as u32, (b * h) as u32, 1),
-            CubeDim::new_1d(32),
+            CubeCount::Static(l.div_ceil(16 * planes) as u32, (b * h) as u32, 1),
+            CubeDim::new_1d(32 * planes as u32),
             arg(&qt),
             arg(&kt),
             arg(&v),
@@ -2100,6 +2154,7 @@ pub fn forward(
             d,
             plan.tapa,
             plan.amp,
+            planes,
         );
         return (out, lse);
     }

@@ -236,7 +236,14 @@ fn entry_name(source: &str) -> Option<String> {
 }
 
 /// The launch layouts [`attention_sources`] captures, by their `--strategy` names.
-pub const STRATEGIES: [&str; 5] = ["rows", "tiled", "tiled-split", "tiled-staged", "cmma"];
+pub const STRATEGIES: [&str; 6] = [
+    "rows",
+    "tiled",
+    "tiled-split",
+    "tiled-staged",
+    "cmma",
+    "cmma-wide",
+];
 
 /// An encoding to capture: its name (for `uses`), the CPU kernels' description of it and, for
 /// PoPE, the phase bias δ `[heads · head_dim]` (`bench_encoding` of the `bench` module builds these as

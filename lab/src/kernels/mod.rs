@@ -61,7 +61,14 @@ pub use fused::positional_attention;
 /// The CubeCL kernel layouts [`set_cube_strategy`] accepts: `rows`, `tiled` (the default),
 /// `tiled-split`, `tiled-staged` and `cmma` (the forward on tensor cores where the device has them;
 /// `cube::CubeStrategy`, features `wgpu` / `cuda`).
-pub const CUBE_STRATEGIES: [&str; 5] = ["rows", "tiled", "tiled-split", "tiled-staged", "cmma"];
+pub const CUBE_STRATEGIES: [&str; 6] = [
+    "rows",
+    "tiled",
+    "tiled-split",
+    "tiled-staged",
+    "cmma",
+    "cmma-wide",
+];
 
 /// Lay out every CubeCL attention call that follows in this process as `name` (one of
 /// [`CUBE_STRATEGIES`]; results agree to f32 rounding, `cmma` to f16 rounding, only the time changes): `lab bench
