@@ -14,8 +14,9 @@
 //! (its `CudaRuntime` set-up for `sm ≥ 90`): 32-unit planes (warps), the `f16 × f16 → f32`
 //! 16×16×16 `wmma` form among its `cmma` configurations (so [`super::cube::CubeStrategy::Cmma`]
 //! takes the tensor-core kernel, as on the H200), fast math, grid constants, clusters, 227 KiB of
-//! shared memory per block. The text is what the device's NVRTC compiles, not a model of it: the
-//! first H200 run (docs/performance.md, "GPU") compiled the same compiler's output there.
+//! shared memory per block. Those properties are set here as cubecl-cuda sets them, not read from
+//! a device; the compiler is the same one the device runs before NVRTC (the first H200 run,
+//! docs/performance.md "GPU", compiled its output there).
 //! `scripts/cuda-ptxas.sh` compiles it with NVRTC and `ptxas` from PyPI's CUDA wheels, with
 //! cubecl-cuda's own NVRTC options, for each kernel's registers, spills and shared memory.
 
