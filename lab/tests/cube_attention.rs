@@ -121,7 +121,7 @@ fn cuda_sources_for_sm90_cover_every_kernel() {
             .collect()
     };
     for enc in encodings {
-        for strategy in cuda_source::STRATEGIES {
+        for strategy in lab::kernels::CUBE_STRATEGIES {
             let label = format!("{enc}/{strategy}");
             let kernels = used_by(&label);
             let names: Vec<&str> = kernels.iter().map(|k| k.kernel).collect();

@@ -1284,60 +1284,26 @@ mod kernels {
                 }
                 for j in j0..jend {
                     let kb = (j - j0) * w;
+                    let mut kg = kb;
+                    let mut xo = 0usize;
+                    let mut xdo = 0usize;
                     if stage {
                         // 0 for every j < 2^31, but not provably: the own rows' loads stay in the
                         // loop (not hoisted into registers, which would undo the staging), and
                         // the update re-reads k̃_j instead of keeping the score's loads.
                         let opaque = j / 2147483648usize;
-                        let dp =
-                            dot_range(vs.as_slice(), oo + opaque, &vs, (j - j0) * d, 0usize, d);
-                        add_score_grad(
-                            &mut gq,
-                            ks.as_slice(),
-                            qo + opaque,
-                            q_sum,
-                            &ks,
-                            kb,
-                            kb + opaque,
-                            i,
-                            j,
-                            lse_i,
-                            dp,
-                            delta_i,
-                            scale,
-                            inv_sqrt_a,
-                            inv_sqrt_p,
-                            alpha,
-                            w,
-                            tapa,
-                            amp,
-                            linear,
-                        );
-                    } else {
-                        let dp = dot_range(doi.as_slice(), 0usize, &vs, (j - j0) * d, 0usize, d);
-                        add_score_grad(
-                            &mut gq,
-                            qi.as_slice(),
-                            0usize,
-                            q_sum,
-                            &ks,
-                            kb,
-                            kb,
-                            i,
-                            j,
-                            lse_i,
-                            dp,
-                            delta_i,
-                            scale,
-                            inv_sqrt_a,
-                            inv_sqrt_p,
-                            alpha,
-                            w,
-                            tapa,
-                            amp,
-                            linear,
-                        );
+                        kg += opaque;
+                        xo += qo + opaque;
+                        xdo += oo + opaque;
                     }
+                    // The unit's own rows: local arrays, or (staged) its rows of `ks` and `vs`.
+                    let xq = if stage { ks.as_slice() } else { qi.as_slice() };
+                    let xd = if stage { vs.as_slice() } else { doi.as_slice() };
+                    let dp = dot_range(xd, xdo, &vs, (j - j0) * d, 0usize, d);
+                    add_score_grad(
+                        &mut gq, xq, xo, q_sum, &ks, kb, kg, i, j, lse_i, dp, delta_i, scale,
+                        inv_sqrt_a, inv_sqrt_p, alpha, w, tapa, amp, linear,
+                    );
                 }
             }
             sync_cube();
@@ -1505,101 +1471,31 @@ mod kernels {
                     // hoisted into registers (which would undo the staging), and the updates
                     // re-read q̃_i and dout_i instead of keeping the score's loads.
                     let mut og = ob;
-                    let mut opaque = 0usize;
+                    let mut qg = qb;
+                    let mut xo = 0usize;
+                    let mut xvo = 0usize;
                     if stage {
-                        opaque += i / 2147483648usize;
+                        let opaque = i / 2147483648usize;
                         og += opaque;
+                        qg += opaque;
+                        xo += ko + opaque;
+                        xvo += vo + opaque;
                     }
-                    if stage {
-                        if with_dk {
-                            let dp = dot_range(dos.as_slice(), vo + opaque, &dos, ob, 0usize, d);
-                            p += add_score_grad(
-                                &mut gk,
-                                qs.as_slice(),
-                                ko + opaque,
-                                k_sum,
-                                &qs,
-                                qb,
-                                qb + opaque,
-                                i,
-                                j,
-                                lse_i,
-                                dp,
-                                delta_i,
-                                scale,
-                                inv_sqrt_a,
-                                inv_sqrt_p,
-                                alpha,
-                                w,
-                                tapa,
-                                amp,
-                                linear,
-                            );
-                        } else {
-                            let s = score(
-                                qs.as_slice(),
-                                ko + opaque,
-                                k_sum,
-                                &qs,
-                                qb,
-                                i,
-                                j,
-                                scale,
-                                inv_sqrt_a,
-                                inv_sqrt_p,
-                                alpha,
-                                w,
-                                tapa,
-                                amp,
-                                linear,
-                            );
-                            p += f32::exp(s - lse_i);
-                        }
+                    // The unit's own rows: local arrays, or (staged) its rows of `qs` and `dos`.
+                    let xk = if stage { qs.as_slice() } else { kj.as_slice() };
+                    let xv = if stage { dos.as_slice() } else { vj.as_slice() };
+                    if with_dk {
+                        let dp = dot_range(xv, xvo, &dos, ob, 0usize, d);
+                        p += add_score_grad(
+                            &mut gk, xk, xo, k_sum, &qs, qb, qg, i, j, lse_i, dp, delta_i, scale,
+                            inv_sqrt_a, inv_sqrt_p, alpha, w, tapa, amp, linear,
+                        );
                     } else {
-                        if with_dk {
-                            let dp = dot_range(vj.as_slice(), 0usize, &dos, ob, 0usize, d);
-                            p += add_score_grad(
-                                &mut gk,
-                                kj.as_slice(),
-                                0usize,
-                                k_sum,
-                                &qs,
-                                qb,
-                                qb,
-                                i,
-                                j,
-                                lse_i,
-                                dp,
-                                delta_i,
-                                scale,
-                                inv_sqrt_a,
-                                inv_sqrt_p,
-                                alpha,
-                                w,
-                                tapa,
-                                amp,
-                                linear,
-                            );
-                        } else {
-                            let s = score(
-                                kj.as_slice(),
-                                0usize,
-                                k_sum,
-                                &qs,
-                                qb,
-                                i,
-                                j,
-                                scale,
-                                inv_sqrt_a,
-                                inv_sqrt_p,
-                                alpha,
-                                w,
-                                tapa,
-                                amp,
-                                linear,
-                            );
-                            p += f32::exp(s - lse_i);
-                        }
+                        let s = score(
+                            xk, xo, k_sum, &qs, qb, i, j, scale, inv_sqrt_a, inv_sqrt_p, alpha, w,
+                            tapa, amp, linear,
+                        );
+                        p += f32::exp(s - lse_i);
                     }
                     if with_dv {
                         #[unroll]

@@ -236,23 +236,13 @@ fn entry_name(source: &str) -> Option<String> {
     (!name.is_empty()).then_some(name)
 }
 
-/// The launch layouts [`attention_sources`] captures, by their `--strategy` names.
-pub const STRATEGIES: [&str; 6] = [
-    "rows",
-    "tiled",
-    "tiled-split",
-    "tiled-staged",
-    "cmma",
-    "cmma-wide",
-];
-
 /// An encoding to capture: its name (for `uses`), the CPU kernels' description of it and, for
 /// PoPE, the phase bias δ `[heads · head_dim]` (`bench_encoding` of the `bench` module builds these as
 /// `lab bench attention` does).
 pub type NamedEncoding = (String, super::cpu::KernelEncoding, Option<Vec<f32>>);
 
 /// The CUDA C++ of every kernel the attention forward and backward launch for each of
-/// `encodings` under each layout of [`STRATEGIES`], at `heads` × `head_dim`, for compute
+/// `encodings` under each layout of [`super::CUBE_STRATEGIES`], at `heads` × `head_dim`, for compute
 /// capability `sm`; a kernel launched by several calls is listed once ([`merge`]; `uses` lists
 /// every `encoding/strategy`). `device` is a `wgpu` device: the calls allocate their buffers
 /// there and launch nothing of the lab's. The sequence length is a runtime argument of every
@@ -272,7 +262,7 @@ pub fn attention_sources(
     let zeros = vec![0.0f32; shape.iter().product()];
     let mut all = Vec::new();
     for (name, encoding, delta) in encodings {
-        for strategy_name in STRATEGIES {
+        for strategy_name in super::CUBE_STRATEGIES {
             let delta = delta
                 .as_ref()
                 .map(|d| cube::host_to_cube(d, [heads * head_dim], device));
