@@ -63,15 +63,15 @@ test-wgpu-fusion:
 bench-gpu:
 	bash bench/gpu.sh
 
-# The offline CUDA build for a GPU machine without Rust or network (issue 20; not in .ci/run: 34 min
-# cold on 2 cores, 2026-12-03). Writes .gpu-sdk/ (SDK, separate target dir) and .gpu/
-# (lab.xz and the device-side scripts).
 # The CUDA C++ of the lab's kernels for an H100/H200 (sm 90), generated and compiled here without a GPU:
 # NVRTC and ptxas from PyPI's CUDA 13.0 wheels; registers, spills and shared memory per kernel
 # (results/cuda-ptxas/ptxas.md). Not in .ci/run (a ~135 MB download, a separate feature build).
 cuda-ptxas:
 	bash scripts/cuda-ptxas.sh
 
+# The offline CUDA build for a GPU machine without Rust or network (issue 20; not in .ci/run: 34 min
+# cold on 2 cores, 2026-12-03). Writes .gpu-sdk/ (SDK, separate target dir) and .gpu/
+# (lab.xz and the device-side scripts).
 gpu-bundle:
 	bash scripts/gpu-bundle.sh
 

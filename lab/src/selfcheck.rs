@@ -12,7 +12,8 @@
 //!   [`crate::kernels::cpu`]; on `wgpu` and `cuda` the CubeCL kernels of `kernels::cube`.
 //! - **`kernel <strategy>`** (`wgpu`, `cuda`): the CubeCL forward and backward called directly with
 //!   each launch layout (one unit per row; tiled with the automatic tile; 16-row tiles; the split
-//!   key-side backward; the tensor-core forward, `cmma`, where the device has it), so every code
+//!   key-side backward; the backward's own rows staged in shared memory; the tensor-core forward,
+//!   `cmma` and `cmma-wide`, where the device has it), so every code
 //!   path of the kernels is reached whatever the autotuned choice.
 //! - **`train-step`**: two whole training steps (forward, backward, clip, AdamW) of a small RoPE,
 //!   PoPE, TAPA and NoPE model — losses and global gradient norms — on the backend (burn with the
@@ -82,7 +83,7 @@ pub const SHAPES: [(usize, usize, usize, usize); 3] = [(2, 2, 5, 8), (2, 2, 33, 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Check {
     /// `extension`, `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split`,
-    /// `kernel tiled-staged`, `kernel cmma` or `train-step`.
+    /// `kernel tiled-staged`, `kernel cmma`, `kernel cmma-wide` or `train-step`.
     pub group: String,
     /// The encoding case (and, for the attention groups, the shape `b×h×l×d`).
     pub case: String,
@@ -491,8 +492,8 @@ pub fn extension_checks(device: &Device) -> Vec<Check> {
 }
 
 /// Groups `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split`,
-/// `kernel tiled-staged`, `kernel cmma`
-/// (its forward on tensor cores where the device has them, cases marked `[tensor cores]` and
+/// `kernel tiled-staged`, `kernel cmma`, `kernel cmma-wide`
+/// (their forward on tensor cores where the device has them, cases marked `[tensor cores]` and
 /// checked within [`CMMA_TOL`]; elsewhere the tiled forward, within [`ATTENTION_TOL`]): the CubeCL
 /// forward and backward called directly with each launch layout, on a `wgpu` or `cuda` `device`
 /// (plain), every case at every shape (module docs).

@@ -17,7 +17,7 @@
 //!   `s_ij = A_ij · cos(2π·|i−j|^α·P_ij)` on the raw `q`, `k` and differentiate it directly
 //!   (chain rule through `A` and `P`).
 //!
-//! Five layouts ([`CubeStrategy`]), all tested against the reference:
+//! Six layouts ([`CubeStrategy`]), all tested against the reference:
 //! - [`CubeStrategy::Rows`]: **one unit per query row** (forward, `dq`) or **one unit per key
 //!   row** (`dk`, `dv`), looping over the visible keys (queries) read from global memory;
 //! - [`CubeStrategy::Tiled`] (default): one cube per block of `tile` rows; the keys (queries) the
@@ -30,7 +30,8 @@
 //!   registers, so that only the gradient accumulators take registers.
 //! - [`CubeStrategy::Cmma`]: the forward on tensor cores (`cmma`, f16 operands, f32
 //!   accumulation) for the dot-product encodings and TAPA's quadratic phase on devices that
-//!   have them (CUDA), `Tiled` everywhere else and for every backward.
+//!   have them (CUDA), `Tiled` everywhere else and for every backward;
+//!   [`CubeStrategy::CmmaWide`]: the same with four planes per cube sharing each key tile.
 //!
 //! Each unit keeps its row's accumulators in registers (`Array`s of comptime size) with an online
 //! softmax (running max `m`, running sum `l`). The forward saves `lse = m + ln l`; the backward
