@@ -65,7 +65,7 @@ bench-gpu:
 
 # The CUDA C++ of the lab's kernels for an H100/H200 (sm 90), generated and compiled here without a GPU:
 # NVRTC and ptxas from PyPI's CUDA 13.0 wheels; registers, spills and shared memory per kernel
-# (results/cuda-ptxas/ptxas.md). Not in .ci/run (a ~135 MB download, a separate feature build).
+# (results/cuda-ptxas/ptxas.md). Not in .ci/run (a 133 MB download, a separate feature build).
 cuda-ptxas:
 	bash scripts/cuda-ptxas.sh
 

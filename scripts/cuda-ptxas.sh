@@ -6,7 +6,7 @@
 # 1. `lab bench cuda-source` (cargo feature `cuda-source`, on lavapipe) writes the CUDA C++ that
 #    cubecl-cuda would hand to NVRTC for every kernel of every encoding and launch layout.
 # 2. NVRTC and ptxas of CUDA 13.0 (the GPU machine's: driver 580) come from PyPI's NVIDIA wheels,
-#    pinned below (~135 MB downloaded once into the git-ignored .gpu-sdk/), unpacked into
+#    pinned below (133 MB downloaded once into the git-ignored .gpu-sdk/), unpacked into
 #    .gpu-sdk/cuda-13.0/.
 # 3. scripts/cuda_ptxas.py compiles each file with cubecl-cuda's NVRTC options, then `ptxas -v`.
 #

@@ -141,8 +141,8 @@ pub enum CubeStrategy {
     /// rows and all of them sharing each key tile the cube loads (64 query rows per cube): the
     /// keys and values are read from global memory (L2) once per 64 query rows instead of once
     /// per 16. At 4096 tokens × 8 heads × head_dim 64 the one-plane kernel streams about 2 GB of
-    /// f32 keys and values per call (0.2–0.3 ms at the H200's L2 bandwidth against
-    /// FlashAttention-2's 0.10 ms for the whole op), this one a quarter of it. Falls back like
+    /// f32 keys and values per call (by estimate 0.2–0.3 ms at an assumed 7–10 TB/s of L2
+    /// bandwidth, against FlashAttention-2's measured 0.10 ms for the whole op), this one a quarter. Falls back like
     /// `Cmma`; the backward is `Tiled`'s.
     CmmaWide {
         /// Rows per tile of the backward, or `None` for the automatic choice.
