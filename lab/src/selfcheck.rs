@@ -62,7 +62,8 @@ pub const DELTA_TOL: Tolerance = Tolerance {
     abs: 1e-3,
     rel: 1e-3,
 };
-/// Group `kernel cmma` where the forward ran on tensor cores: f16 operands (`q̃`, `k̃`, `v` and
+/// Groups `kernel cmma`, `kernel cmma-wide` where the tensor-core forward ran (or was emulated
+/// with the same operand precision): f16 operands (`q̃`, `k̃`, `v` and
 /// the probabilities rounded to 11 significant bits, about 5e-4 relative each) with f32
 /// accumulation, and a backward from that forward's `lse`.
 pub const CMMA_TOL: Tolerance = Tolerance {
@@ -76,8 +77,10 @@ pub const STEP_TOL: Tolerance = Tolerance {
 };
 
 /// Shapes `(batch, heads, seq, head_dim)` of the attention checks: seq not a multiple of any tile
-/// (5, 33, 70; 70 spans a full and a partial 64-row block), head_dim 8 and 16.
-pub const SHAPES: [(usize, usize, usize, usize); 3] = [(2, 2, 5, 8), (2, 2, 33, 16), (2, 2, 70, 8)];
+/// (5, 33, 70; 70 spans a full and a partial 64-row block), head_dim 8 and 32 (32: the shape the
+/// tensor-core forward takes, for every dot-product case and TAPA's quadratic phase, whose
+/// amplitude part is then 16 wide; 33 rows fill three of `cmma-wide`'s four 16-row planes).
+pub const SHAPES: [(usize, usize, usize, usize); 3] = [(2, 2, 5, 8), (2, 2, 33, 32), (2, 2, 70, 8)];
 
 /// One comparison of a kernel's values against the reference's.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -493,8 +496,10 @@ pub fn extension_checks(device: &Device) -> Vec<Check> {
 
 /// Groups `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split`,
 /// `kernel tiled-staged`, `kernel cmma`, `kernel cmma-wide`
-/// (their forward on tensor cores where the device has them, cases marked `[tensor cores]` and
-/// checked within [`CMMA_TOL`]; elsewhere the tiled forward, within [`ATTENTION_TOL`]): the CubeCL
+/// (their forward on tensor cores where the device has them, cases marked `[tensor cores]`, and
+/// the same kernel emulated where it has not ([`crate::kernels::cube::cmma_emulated`]: lavapipe), cases marked
+/// `[tensor cores emulated]`, both checked within [`CMMA_TOL`]; shapes the tensor-core kernel
+/// does not take run the tiled forward, within [`ATTENTION_TOL`]): the CubeCL
 /// forward and backward called directly with each launch layout, on a `wgpu` or `cuda` `device`
 /// (plain), every case at every shape (module docs).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -555,6 +560,7 @@ pub fn cube_kernel_checks_for(device: &Device, layouts: &[&str]) -> Vec<Check> {
             // The tensor-core forward (f16 operands) is checked at its own tolerance, and its
             // cases are marked so the output says where it ran.
             let tensor_cores = cube::cmma_applies(&q, &params);
+            let emulated = cube::cmma_emulated(&q, &params);
             let (out, lse) = cube::forward(q.clone(), k.clone(), v.clone(), &params);
             let grads = cube::backward(q, k, v, out.clone(), lse, g, &params);
             let got = (
@@ -562,8 +568,13 @@ pub fn cube_kernel_checks_for(device: &Device, layouts: &[&str]) -> Vec<Check> {
                 [grads.dq, grads.dk, grads.dv].map(cube::cube_to_host),
                 grads.ddelta.map(cube::cube_to_host),
             );
-            if tensor_cores {
-                let case = format!("{} [tensor cores]", c.name);
+            if tensor_cores || emulated {
+                let mark = if tensor_cores {
+                    "tensor cores"
+                } else {
+                    "tensor cores emulated"
+                };
+                let case = format!("{} [{mark}]", c.name);
                 checks.extend(compare_all_within(
                     group, &case, got, &c.want, CMMA_TOL, CMMA_TOL,
                 ));

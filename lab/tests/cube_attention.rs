@@ -46,16 +46,34 @@ fn cube_backend_extension_matches_reference() {
 
 /// The kernels called directly with each launch layout (rows; tiled, automatic tile; 16-row
 /// tiles; tiled with the key-side backward split into a `dv` and a `dk` launch; tiled with the
-/// backward's own rows staged in shared memory (16-row tiles on lavapipe's 32 KiB); `cmma`, which
-/// on lavapipe, without cooperative matrices, is the tiled forward): every encoding case at
-/// every shape.
+/// backward's own rows staged in shared memory (16-row tiles on lavapipe's 32 KiB); `cmma` and
+/// `cmma-wide`, whose tensor-core kernel lavapipe, without cooperative matrices, runs emulated):
+/// every encoding case at every shape. The emulated tensor-core forward ran exactly where its
+/// shapes fit: head_dim 32, the nine dot-product cases and TAPA's two quadratic-phase ones
+/// (amplitude part 16 wide), not TAPA's linear phase nor head_dim 8.
 #[test]
 fn cube_kernels_match_reference_for_every_strategy() {
-    assert_all_pass(
-        selfcheck::cube_kernel_checks(&wgpu()),
-        7 * (12 * 3 * 4 + 3),
-        "kernels",
-    );
+    let checks = selfcheck::cube_kernel_checks(&wgpu());
+    for group in ["kernel cmma", "kernel cmma-wide"] {
+        let emulated: std::collections::BTreeSet<&str> = checks
+            .iter()
+            .filter(|c| c.group == group && c.case.ends_with("[tensor cores emulated]"))
+            .map(|c| c.case.as_str())
+            .collect();
+        assert_eq!(emulated.len(), 11, "{group}: {emulated:?}");
+        assert!(
+            emulated
+                .iter()
+                .all(|c| c.contains("×33×32") && !c.contains("linear")),
+            "{group}: {emulated:?}"
+        );
+        let marked = checks
+            .iter()
+            .filter(|c| c.group == group && c.case.contains("[tensor cores"))
+            .count();
+        assert_eq!(marked, 11 * 4 + 1, "{group}: out, dq, dk, dv and PoPE's dδ");
+    }
+    assert_all_pass(checks, 7 * (12 * 3 * 4 + 3), "kernels");
 }
 
 /// Two whole training steps on wgpu (CubeCL attention with its backward, burn ops elsewhere) give
@@ -97,10 +115,11 @@ fn cube_hand_computed_lse() {
 
 /// The CUDA C++ of every kernel, for an H100/H200 (sm 90), generated without a GPU (feature
 /// `cuda-source`; `lab bench cuda-source`, `make cuda-ptxas` compiles it further with NVRTC):
-/// every encoding and layout at head_dim 64 compiles; the `cmma` layout emits `wmma` tensor-core
-/// code for the encodings whose scores are dot products and TAPA's quadratic phase, and the tiled
-/// forward for TAPA's linear phase; `tiled-split` launches two key-side kernels where `tiled`
-/// launches one.
+/// every encoding and layout at head_dim 64 compiles; the `cmma` layouts emit `wmma` tensor-core
+/// code for the forward of the encodings whose scores are dot products and TAPA's quadratic
+/// phase (the tiled forward for TAPA's linear phase) and for the backward of the dot-product
+/// encodings (the tiled backward for TAPA); `tiled-split` launches two key-side kernels where
+/// `tiled` launches one.
 #[cfg(feature = "cuda-source")]
 #[test]
 fn cuda_sources_for_sm90_cover_every_kernel() {
@@ -132,12 +151,28 @@ fn cuda_sources_for_sm90_cover_every_kernel() {
                 usize::from(cmma),
                 "{label}: {names:?}"
             );
+            // The tensor-core backward: the dot-product encodings only.
+            let cmma_bwd = strategy.starts_with("cmma") && ["nope", "rope", "pope"].contains(&enc);
+            assert_eq!(
+                count("attn_bwd_dq_cmma"),
+                usize::from(cmma_bwd),
+                "{label}: {names:?}"
+            );
+            assert_eq!(
+                count("attn_bwd_dkdv_cmma"),
+                usize::from(cmma_bwd),
+                "{label}: {names:?}"
+            );
             let dkdv = if strategy == "rows" {
                 "attn_bwd_dkdv"
             } else {
                 "attn_bwd_dkdv_tiled"
             };
-            let splits = if strategy == "tiled-split" { 2 } else { 1 };
+            let splits = match strategy {
+                "tiled-split" => 2,
+                _ if cmma_bwd => 0,
+                _ => 1,
+            };
             assert_eq!(count(dkdv), splits, "{label}: {names:?}");
             assert_eq!(count("row_dot"), 1, "{label}: {names:?}");
             for k in &kernels {
@@ -154,7 +189,7 @@ fn cuda_sources_for_sm90_cover_every_kernel() {
                     "{label}: {} is not a launch-bounded CUDA kernel",
                     k.entry
                 );
-                if k.kernel == "attn_fwd_cmma" {
+                if k.kernel.ends_with("_cmma") {
                     assert!(
                         k.source.contains("wmma::mma_sync"),
                         "{label}: no wmma in {}",

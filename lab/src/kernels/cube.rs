@@ -29,9 +29,11 @@
 //!   (`q̃_i`, `dout_i` for `dq`; `k̃_j`, `v_j` for `dk`, `dv`) in shared memory instead of
 //!   registers, so that only the gradient accumulators take registers.
 //! - [`CubeStrategy::Cmma`]: the forward on tensor cores (`cmma`, f16 operands, f32
-//!   accumulation) for the dot-product encodings and TAPA's quadratic phase on devices that
-//!   have them (CUDA), `Tiled` everywhere else and for every backward;
-//!   [`CubeStrategy::CmmaWide`]: the same with four planes per cube sharing each key tile.
+//!   accumulation) for the dot-product encodings and TAPA's quadratic phase, and the backward
+//!   (`attn_bwd_dq_cmma`, `attn_bwd_dkdv_cmma`) for the dot-product encodings; on devices
+//!   without tensor cores (lavapipe) the same kernels run emulated ([`cmma_emulated`]), and
+//!   shapes they do not take run `Tiled`;
+//!   [`CubeStrategy::CmmaWide`]: the same with several planes per cube sharing each tile.
 //!
 //! Each unit keeps its row's accumulators in registers (`Array`s of comptime size) with an online
 //! softmax (running max `m`, running sum `l`). The forward saves `lse = m + ln l`; the backward
@@ -143,7 +145,8 @@ pub enum CubeStrategy {
     /// per 16. At 4096 tokens × 8 heads × head_dim 64 the one-plane kernel streams about 2 GB of
     /// f32 keys and values per call (by estimate 0.2–0.3 ms at an assumed 7–10 TB/s of L2
     /// bandwidth, against FlashAttention-2's measured 0.10 ms for the whole op), this one a quarter. Falls back like
-    /// `Cmma`; the backward is `Tiled`'s.
+    /// `Cmma`; its tensor-core backward takes as many planes (at most four) as fit the shared
+    /// memory ([`cmma_bwd_shared_bytes`], 48 KiB at most).
     CmmaWide {
         /// Rows per tile of the backward, or `None` for the automatic choice.
         tile: Option<usize>,
@@ -152,9 +155,13 @@ pub enum CubeStrategy {
     /// `attn_fwd_cmma` kernel) where it applies ([`cmma_applies`]: a device with that `cmma`
     /// form and 32-unit planes, a dot-product encoding or TAPA with the quadratic phase, `W`,
     /// `head_dim` and TAPA's `amp_dim` multiples of 16),
-    /// [`CubeStrategy::Tiled`]'s forward elsewhere; the backward is always `Tiled`'s (scalar
-    /// f32, from the forward's `lse`). Its outputs differ from the f32 layouts by f16 rounding of
-    /// `q̃`, `k̃`, `v` and `p` (about 1e-3 relative; `lab selfcheck` group `kernel cmma`).
+    /// [`CubeStrategy::Tiled`]'s forward elsewhere. The backward of the dot-product encodings
+    /// on tensor cores too (`attn_bwd_dq_cmma`, `attn_bwd_dkdv_cmma`: FlashAttention-2's
+    /// backward with 16×16 tiles, `dS` and `P` rounded to f16), TAPA's the tiled f32 one. On a
+    /// device without that `cmma` form the same kernels run emulated ([`cmma_emulated`]: each
+    /// product computed by the units from the same f16 operands), so lavapipe checks their
+    /// logic. Outputs differ from the f32 layouts by f16 rounding of `q̃`, `k̃`, `v`, `p`,
+    /// `dout` and `dS` (about 1e-3 relative; `lab selfcheck` group `kernel cmma`).
     Cmma {
         /// Rows per tile of the backward, or `None` for the automatic choice.
         tile: Option<usize>,
@@ -927,6 +934,7 @@ mod kernels {
         #[comptime] tapa: bool,
         #[comptime] amp: usize,
         #[comptime] planes: usize,
+        #[comptime] emulate: bool,
     ) {
         let l = seq as usize;
         let t = UNIT_POS as usize;
@@ -960,7 +968,7 @@ mod kernels {
         let pb = pl * 256usize;
         let cb = pl * 16usize;
         // The query tiles (rows past the sequence are zeros) and zero output tiles.
-        #[unroll]
+        #[unroll(!emulate)]
         for s in 0..comptime!(w / 2) {
             let e = s * units + t;
             let i = i0 + e / w;
@@ -970,7 +978,7 @@ mod kernels {
             }
             qs[e] = f16::cast_from(x);
         }
-        #[unroll]
+        #[unroll(!emulate)]
         for s in 0..comptime!(d / 2) {
             os[s] = 0.0f32;
         }
@@ -984,7 +992,7 @@ mod kernels {
         let plane_last = block * planes + pl;
         for tile in 0..last_tile + 1 {
             let j0 = tile * 16;
-            #[unroll]
+            #[unroll(!emulate)]
             for s in 0..comptime!(w / (2 * planes)) {
                 let e = s * units + t;
                 let j = j0 + e / w;
@@ -994,7 +1002,7 @@ mod kernels {
                 }
                 ks[e] = f16::cast_from(x);
             }
-            #[unroll]
+            #[unroll(!emulate)]
             for s in 0..comptime!(d / (2 * planes)) {
                 let e = s * units + t;
                 let j = j0 + e / d;
@@ -1014,45 +1022,62 @@ mod kernels {
             if seen {
                 let split = comptime!(if tapa { amp / 16 } else { w / 16 });
                 let chains = comptime!(if tapa { 2usize } else { 1usize });
-                #[unroll]
+                #[unroll(!emulate)]
                 for ch in 0..chains {
                     let lo = ch * split;
                     let hi = split + ch * comptime!(w / 16 - split);
-                    let acc = cmma::Matrix::<f32>::from_value(
-                        cmma::MatrixIdent::Accumulator,
-                        16usize,
-                        16usize,
-                        16usize,
-                        cmma::MatrixLayout::Undefined,
-                        0.0f32,
-                    );
-                    for c in lo..hi {
-                        let a = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::A,
+                    if emulate {
+                        // The same 16×16 tile without tensor cores: unit `lane` of the plane
+                        // computes entries `s·32 + lane` (row `/16`, key `%16`) from the f16
+                        // operands, accumulating in f32 (the `cmma` chain's contract).
+                        #[unroll(!emulate)]
+                        for s in 0..8usize {
+                            let e = s * 32usize + lane;
+                            let qo = qb + (e / 16usize) * w;
+                            let ko = (e % 16usize) * w;
+                            let mut x = 0.0f32;
+                            for kk in lo * 16usize..hi * 16usize {
+                                x += f32::cast_from(qs[qo + kk]) * f32::cast_from(ks[ko + kk]);
+                            }
+                            sc[sb + ch * 256usize + e] = x;
+                        }
+                    } else {
+                        let acc = cmma::Matrix::<f32>::from_value(
+                            cmma::MatrixIdent::Accumulator,
                             16usize,
                             16usize,
                             16usize,
+                            cmma::MatrixLayout::Undefined,
+                            0.0f32,
+                        );
+                        for c in lo..hi {
+                            let a = cmma::Matrix::<f16>::from_slice(
+                                cmma::MatrixIdent::A,
+                                16usize,
+                                16usize,
+                                16usize,
+                                cmma::MatrixLayout::RowMajor,
+                                &qs[qb + c * 16..qb + comptime!(16 * w)],
+                                stride_w,
+                            );
+                            let b = cmma::Matrix::<f16>::from_slice(
+                                cmma::MatrixIdent::B,
+                                16usize,
+                                16usize,
+                                16usize,
+                                cmma::MatrixLayout::ColMajor,
+                                &ks[c * 16..comptime!(16 * w)],
+                                stride_w,
+                            );
+                            cmma::execute(&a, &b, &acc, &acc);
+                        }
+                        cmma::store(
+                            &mut sc[sb + ch * 256..sb + ch * 256 + 256],
+                            &acc,
+                            16u32,
                             cmma::MatrixLayout::RowMajor,
-                            &qs[qb + c * 16..qb + comptime!(16 * w)],
-                            stride_w,
                         );
-                        let b = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::B,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::ColMajor,
-                            &ks[c * 16..comptime!(16 * w)],
-                            stride_w,
-                        );
-                        cmma::execute(&a, &b, &acc, &acc);
                     }
-                    cmma::store(
-                        &mut sc[sb + ch * 256..sb + ch * 256 + 256],
-                        &acc,
-                        16u32,
-                        cmma::MatrixLayout::RowMajor,
-                    );
                 }
             }
             sync_cube();
@@ -1098,48 +1123,67 @@ mod kernels {
             }
             sync_cube();
             // P V, 16 output columns at a time, into the plane's pv (row-major, stride d).
-            if seen {
-                let a = cmma::Matrix::<f16>::from_slice(
-                    cmma::MatrixIdent::A,
-                    16usize,
-                    16usize,
-                    16usize,
-                    cmma::MatrixLayout::RowMajor,
-                    &ps[pb..pb + 256usize],
-                    16u32,
-                );
-                #[unroll]
-                for c in 0..comptime!(d / 16) {
-                    let b = cmma::Matrix::<f16>::from_slice(
-                        cmma::MatrixIdent::B,
+            if emulate {
+                if seen {
+                    // Without tensor cores: unit `lane` computes entries `s·32 + lane` of the plane's
+                    // 16 × d tile `P V` (row `/d`, column `%d`) from the f16 operands.
+                    #[unroll(!emulate)]
+                    for s in 0..comptime!(d / 2) {
+                        let e = s * 32usize + lane;
+                        let po = pb + (e / d) * 16usize;
+                        let col = e % d;
+                        let mut x = 0.0f32;
+                        #[unroll(!emulate)]
+                        for kk in 0..16usize {
+                            x += f32::cast_from(ps[po + kk]) * f32::cast_from(vs[kk * d + col]);
+                        }
+                        pv[ob + e] = x;
+                    }
+                }
+            } else {
+                if seen {
+                    let a = cmma::Matrix::<f16>::from_slice(
+                        cmma::MatrixIdent::A,
                         16usize,
                         16usize,
                         16usize,
                         cmma::MatrixLayout::RowMajor,
-                        &vs[c * 16..comptime!(16 * d)],
-                        stride_d,
+                        &ps[pb..pb + 256usize],
+                        16u32,
                     );
-                    let o = cmma::Matrix::<f32>::from_value(
-                        cmma::MatrixIdent::Accumulator,
-                        16usize,
-                        16usize,
-                        16usize,
-                        cmma::MatrixLayout::Undefined,
-                        0.0f32,
-                    );
-                    cmma::execute(&a, &b, &o, &o);
-                    cmma::store(
-                        &mut pv[ob + c * 16..ob + comptime!(16 * d)],
-                        &o,
-                        stride_d,
-                        cmma::MatrixLayout::RowMajor,
-                    );
+                    #[unroll(!emulate)]
+                    for c in 0..comptime!(d / 16) {
+                        let b = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::B,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::RowMajor,
+                            &vs[c * 16..comptime!(16 * d)],
+                            stride_d,
+                        );
+                        let o = cmma::Matrix::<f32>::from_value(
+                            cmma::MatrixIdent::Accumulator,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::Undefined,
+                            0.0f32,
+                        );
+                        cmma::execute(&a, &b, &o, &o);
+                        cmma::store(
+                            &mut pv[ob + c * 16..ob + comptime!(16 * d)],
+                            &o,
+                            stride_d,
+                            cmma::MatrixLayout::RowMajor,
+                        );
+                    }
                 }
             }
             sync_cube();
             // Each plane rescales its own rows (a tile the plane does not see changes nothing).
             if seen {
-                #[unroll]
+                #[unroll(!emulate)]
                 for s in 0..comptime!(d / 2) {
                     let e = s * 32 + lane;
                     os[s] = os[s] * corr[cb + e / d] + pv[ob + e];
@@ -1157,12 +1201,696 @@ mod kernels {
             corr[cb + lane] = inv;
         }
         sync_cube();
-        #[unroll]
+        #[unroll(!emulate)]
         for s in 0..comptime!(d / 2) {
             let e = s * 32 + lane;
             let i = ip + e / d;
             if i < l {
                 out[(base + i) * d + e % d] = os[s] * corr[cb + e / d];
+            }
+        }
+    }
+
+    /// Backward for `dq̃` on tensor cores, for the dot-product encodings (NoPE, RoPE, PoPE on `q̃`,
+    /// `k̃`): the contract of [`attn_bwd_dq_tiled`] (writes `dq̃ [rows, w]` from the forward's
+    /// `lse` and `delta = rowsum(dout ⊙ out)`), as FlashAttention-2's backward (Alg. 2) splits
+    /// it, query side: plane `p` of the cube owns the 16 query rows `i0 + 16p ..`; per key tile
+    /// of 16 (loaded once per cube, f32 → f16) each plane that sees it computes
+    /// `S = Q̃ K̃ᵀ` (`w/16` `cmma` steps) and `dP = dO Vᵀ` (`d/16`), then per entry
+    /// `dS = P ⊙ (dP − Δ) · scale` with `P = exp(S·scale − lse)` (causal mask), rounded to
+    /// f16, then `dS K̃` (`w/16` products of 16 columns) staged in shared memory, which each unit
+    /// adds to its `16·w/32` entries of the plane's `dq̃` tile held in registers. f16 operands,
+    /// f32 accumulation. `emulate`: each product computed by the plane's units from the same
+    /// f16 operands (devices without tensor cores; [`super::cmma_emulated`]). Launch: cube count
+    /// `(ceil(seq/(16·planes)), batch·heads, 1)`, cube dim `32·planes`; `w`, `d` multiples of
+    /// 16. Shared memory [`super::cmma_bwd_shared_bytes`]`(w, d, planes).0`.
+    #[cube(launch, create_dummy_kernel)]
+    pub fn attn_bwd_dq_cmma(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dout: &[f32],
+        lse: &[f32],
+        delta: &[f32],
+        dq: &mut [f32],
+        seq: u32,
+        scale: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] planes: usize,
+        #[comptime] emulate: bool,
+    ) {
+        let l = seq as usize;
+        let t = UNIT_POS as usize;
+        let pl = t / 32usize;
+        let lane = t % 32usize;
+        let units = comptime!(32 * planes);
+        let block = CUBE_POS_X as usize;
+        let base = CUBE_POS_Y as usize * l;
+        let i0 = block * comptime!(16 * planes);
+        let ip = i0 + pl * 16usize;
+        let mut qs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * planes * w), 32usize);
+        let mut dos = Shared::<[f16]>::new_aligned_slice(comptime!(16 * planes * d), 32usize);
+        let mut ks = Shared::<[f16]>::new_aligned_slice(comptime!(16 * w), 32usize);
+        let mut vs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * d), 32usize);
+        let mut dss = Shared::<[f16]>::new_aligned_slice(comptime!(256 * planes), 32usize);
+        // Each plane's S (first 256) and dP (next 256) of a key tile.
+        let mut sc = Shared::<[f32]>::new_aligned_slice(comptime!(512 * planes), 32usize);
+        // Each plane's product dS K̃ of a key tile, 16 × w row-major.
+        let mut gs = Shared::<[f32]>::new_aligned_slice(comptime!(16 * planes * w), 32usize);
+        // Each plane's lse (first 16) and Δ (next 16) of its rows.
+        let mut stat = Shared::<[f32]>::new_slice(comptime!(32 * planes));
+        let mut acc = Array::<f32>::new(comptime!(w / 2));
+        let qb = pl * comptime!(16 * w);
+        let db = pl * comptime!(16 * d);
+        let sb = pl * 512usize;
+        let pb = pl * 256usize;
+        let tb = pl * 32usize;
+        #[unroll(!emulate)]
+        for s in 0..comptime!(w / 2) {
+            let e = s * units + t;
+            let i = i0 + e / w;
+            let mut x = 0.0f32;
+            if i < l {
+                x = q[(base + i) * w + e % w];
+            }
+            qs[e] = f16::cast_from(x);
+        }
+        #[unroll(!emulate)]
+        for s in 0..comptime!(d / 2) {
+            let e = s * units + t;
+            let i = i0 + e / d;
+            let mut x = 0.0f32;
+            if i < l {
+                x = dout[(base + i) * d + e % d];
+            }
+            dos[e] = f16::cast_from(x);
+        }
+        if lane < 16 {
+            let i = ip + lane;
+            let mut lse_i = 0.0f32;
+            let mut delta_i = 0.0f32;
+            if i < l {
+                lse_i = lse[base + i];
+                delta_i = delta[base + i];
+            }
+            stat[tb + lane] = lse_i;
+            stat[tb + 16usize + lane] = delta_i;
+        }
+        #[unroll(!emulate)]
+        for s in 0..comptime!(w / 2) {
+            acc[s] = 0.0f32;
+        }
+        let stride_w = comptime!(w as u32);
+        let stride_d = comptime!(d as u32);
+        let last_tile = block * planes + planes - 1usize;
+        let plane_last = block * planes + pl;
+        for tile in 0..last_tile + 1 {
+            let j0 = tile * 16;
+            #[unroll(!emulate)]
+            for s in 0..comptime!(w / (2 * planes)) {
+                let e = s * units + t;
+                let j = j0 + e / w;
+                let mut x = 0.0f32;
+                if j < l {
+                    x = k[(base + j) * w + e % w];
+                }
+                ks[e] = f16::cast_from(x);
+            }
+            #[unroll(!emulate)]
+            for s in 0..comptime!(d / (2 * planes)) {
+                let e = s * units + t;
+                let j = j0 + e / d;
+                let mut x = 0.0f32;
+                if j < l {
+                    x = v[(base + j) * d + e % d];
+                }
+                vs[e] = f16::cast_from(x);
+            }
+            sync_cube();
+            // Uniform over a plane: its `cmma` calls are taken by all its units or none.
+            let seen = tile <= plane_last;
+            // S = Q̃ K̃ᵀ into sc[sb..sb + 256], dP = dO Vᵀ into sc[sb + 256..sb + 512]
+            // (B: the key rows read as a column-major [w, 16] / [d, 16] matrix).
+            if emulate {
+                if seen {
+                    #[unroll(!emulate)]
+                    for s in 0..8usize {
+                        let e = s * 32usize + lane;
+                        let qo = qb + (e / 16usize) * w;
+                        let ko = (e % 16usize) * w;
+                        let mut x = 0.0f32;
+                        for kk in 0..w {
+                            x += f32::cast_from(qs[qo + kk]) * f32::cast_from(ks[ko + kk]);
+                        }
+                        sc[sb + e] = x;
+                        let oo = db + (e / 16usize) * d;
+                        let vo = (e % 16usize) * d;
+                        let mut y = 0.0f32;
+                        for kk in 0..d {
+                            y += f32::cast_from(dos[oo + kk]) * f32::cast_from(vs[vo + kk]);
+                        }
+                        sc[sb + 256usize + e] = y;
+                    }
+                }
+            } else {
+                if seen {
+                    let acc_s = cmma::Matrix::<f32>::from_value(
+                        cmma::MatrixIdent::Accumulator,
+                        16usize,
+                        16usize,
+                        16usize,
+                        cmma::MatrixLayout::Undefined,
+                        0.0f32,
+                    );
+                    #[unroll(!emulate)]
+                    for c in 0..comptime!(w / 16) {
+                        let a = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::A,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::RowMajor,
+                            &qs[qb + c * 16..qb + comptime!(16 * w)],
+                            stride_w,
+                        );
+                        let b = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::B,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::ColMajor,
+                            &ks[c * 16..comptime!(16 * w)],
+                            stride_w,
+                        );
+                        cmma::execute(&a, &b, &acc_s, &acc_s);
+                    }
+                    cmma::store(
+                        &mut sc[sb..sb + 256usize],
+                        &acc_s,
+                        16u32,
+                        cmma::MatrixLayout::RowMajor,
+                    );
+                    let acc_p = cmma::Matrix::<f32>::from_value(
+                        cmma::MatrixIdent::Accumulator,
+                        16usize,
+                        16usize,
+                        16usize,
+                        cmma::MatrixLayout::Undefined,
+                        0.0f32,
+                    );
+                    #[unroll(!emulate)]
+                    for c in 0..comptime!(d / 16) {
+                        let a = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::A,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::RowMajor,
+                            &dos[db + c * 16..db + comptime!(16 * d)],
+                            stride_d,
+                        );
+                        let b = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::B,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::ColMajor,
+                            &vs[c * 16..comptime!(16 * d)],
+                            stride_d,
+                        );
+                        cmma::execute(&a, &b, &acc_p, &acc_p);
+                    }
+                    cmma::store(
+                        &mut sc[sb + 256usize..sb + 512usize],
+                        &acc_p,
+                        16u32,
+                        cmma::MatrixLayout::RowMajor,
+                    );
+                }
+            }
+            sync_cube();
+            // dS = P ⊙ (dP − Δ) · scale, entry `s·32 + lane` (row `/16`, key `%16`), in f16.
+            if seen {
+                #[unroll(!emulate)]
+                for s in 0..8usize {
+                    let e = s * 32usize + lane;
+                    let r = e / 16usize;
+                    let i = ip + r;
+                    let j = j0 + e % 16usize;
+                    let mut ds = 0.0f32;
+                    if j <= i && j < l && i < l {
+                        let p = f32::exp(sc[sb + e] * scale - stat[tb + r]);
+                        ds = p * (sc[sb + 256usize + e] - stat[tb + 16usize + r]) * scale;
+                    }
+                    dss[pb + e] = f16::cast_from(ds);
+                }
+            }
+            sync_cube();
+            // dS K̃ (16 × w, row-major) into gs[qb..].
+            if emulate {
+                if seen {
+                    #[unroll(!emulate)]
+                    for s in 0..comptime!(w / 2) {
+                        let e = s * 32usize + lane;
+                        let so = pb + (e / w) * 16usize;
+                        let col = e % w;
+                        let mut x = 0.0f32;
+                        #[unroll(!emulate)]
+                        for kk in 0..16usize {
+                            x += f32::cast_from(dss[so + kk]) * f32::cast_from(ks[kk * w + col]);
+                        }
+                        gs[qb + e] = x;
+                    }
+                }
+            } else {
+                if seen {
+                    let a = cmma::Matrix::<f16>::from_slice(
+                        cmma::MatrixIdent::A,
+                        16usize,
+                        16usize,
+                        16usize,
+                        cmma::MatrixLayout::RowMajor,
+                        &dss[pb..pb + 256usize],
+                        16u32,
+                    );
+                    #[unroll(!emulate)]
+                    for c in 0..comptime!(w / 16) {
+                        let b = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::B,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::RowMajor,
+                            &ks[c * 16..comptime!(16 * w)],
+                            stride_w,
+                        );
+                        let o = cmma::Matrix::<f32>::from_value(
+                            cmma::MatrixIdent::Accumulator,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::Undefined,
+                            0.0f32,
+                        );
+                        cmma::execute(&a, &b, &o, &o);
+                        cmma::store(
+                            &mut gs[qb + c * 16..qb + comptime!(16 * w)],
+                            &o,
+                            stride_w,
+                            cmma::MatrixLayout::RowMajor,
+                        );
+                    }
+                }
+            }
+            sync_cube();
+            // The next tile's loads write ks, vs only; gs is written again two barriers later.
+            if seen {
+                #[unroll(!emulate)]
+                for s in 0..comptime!(w / 2) {
+                    acc[s] += gs[qb + s * 32usize + lane];
+                }
+            }
+        }
+        #[unroll(!emulate)]
+        for s in 0..comptime!(w / 2) {
+            let e = s * 32usize + lane;
+            let i = ip + e / w;
+            if i < l {
+                dq[(base + i) * w + e % w] = acc[s];
+            }
+        }
+    }
+
+    /// Backward for `dk̃` and `dv` on tensor cores, for the dot-product encodings: the contract of
+    /// [`attn_bwd_dkdv_tiled`] (writes `dk̃ [rows, w]`, `dv [rows, d]`), FlashAttention-2's
+    /// backward (Alg. 2), key side: plane `p` of the cube owns the 16 keys `j0 + 16p ..` (their
+    /// `k̃`, `v` in shared memory as f16 for the whole kernel); per query tile of 16 from the
+    /// cube's first key on (`q̃`, `dout` loaded once per cube, f32 → f16, with their `lse`, `Δ`),
+    /// each plane that sees it computes `Sᵀ = K̃ Q̃ᵀ` and `dPᵀ = V dOᵀ`, per entry
+    /// `Pᵀ = exp(S·scale − lse)` and `dSᵀ = Pᵀ ⊙ (dPᵀ − Δ) · scale` (causal mask) rounded to
+    /// f16, then `Pᵀ dO` (`d/16` products) and `dSᵀ Q̃` (`w/16`) staged in shared memory, which
+    /// each unit adds to its `16·d/32` and `16·w/32` entries of the plane's `dv`, `dk̃` tiles in
+    /// registers. `emulate` as in [`attn_bwd_dq_cmma`]; launch likewise. Shared memory
+    /// [`super::cmma_bwd_shared_bytes`]`(w, d, planes).1`.
+    #[cube(launch, create_dummy_kernel)]
+    pub fn attn_bwd_dkdv_cmma(
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        dout: &[f32],
+        lse: &[f32],
+        delta: &[f32],
+        dk: &mut [f32],
+        dv: &mut [f32],
+        seq: u32,
+        scale: f32,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] planes: usize,
+        #[comptime] emulate: bool,
+    ) {
+        let l = seq as usize;
+        let t = UNIT_POS as usize;
+        let pl = t / 32usize;
+        let lane = t % 32usize;
+        let units = comptime!(32 * planes);
+        let block = CUBE_POS_X as usize;
+        let base = CUBE_POS_Y as usize * l;
+        let j0c = block * comptime!(16 * planes);
+        let jp = j0c + pl * 16usize;
+        let mut ks = Shared::<[f16]>::new_aligned_slice(comptime!(16 * planes * w), 32usize);
+        let mut vs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * planes * d), 32usize);
+        let mut qs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * w), 32usize);
+        let mut dos = Shared::<[f16]>::new_aligned_slice(comptime!(16 * d), 32usize);
+        let mut pss = Shared::<[f16]>::new_aligned_slice(comptime!(256 * planes), 32usize);
+        let mut dss = Shared::<[f16]>::new_aligned_slice(comptime!(256 * planes), 32usize);
+        // Each plane's Sᵀ (first 256) and dPᵀ (next 256) of a query tile.
+        let mut sc = Shared::<[f32]>::new_aligned_slice(comptime!(512 * planes), 32usize);
+        // Each plane's products Pᵀ dO (16 × d) and dSᵀ Q̃ (16 × w) of a query tile.
+        let mut gv = Shared::<[f32]>::new_aligned_slice(comptime!(16 * planes * d), 32usize);
+        let mut gk = Shared::<[f32]>::new_aligned_slice(comptime!(16 * planes * w), 32usize);
+        // lse (first 16) and Δ (next 16) of the query tile's rows.
+        let mut stat = Shared::<[f32]>::new_slice(32usize);
+        let mut acc_k = Array::<f32>::new(comptime!(w / 2));
+        let mut acc_v = Array::<f32>::new(comptime!(d / 2));
+        let kb = pl * comptime!(16 * w);
+        let vb = pl * comptime!(16 * d);
+        let sb = pl * 512usize;
+        let pb = pl * 256usize;
+        #[unroll(!emulate)]
+        for s in 0..comptime!(w / 2) {
+            let e = s * units + t;
+            let j = j0c + e / w;
+            let mut x = 0.0f32;
+            if j < l {
+                x = k[(base + j) * w + e % w];
+            }
+            ks[e] = f16::cast_from(x);
+            acc_k[s] = 0.0f32;
+        }
+        #[unroll(!emulate)]
+        for s in 0..comptime!(d / 2) {
+            let e = s * units + t;
+            let j = j0c + e / d;
+            let mut x = 0.0f32;
+            if j < l {
+                x = v[(base + j) * d + e % d];
+            }
+            vs[e] = f16::cast_from(x);
+            acc_v[s] = 0.0f32;
+        }
+        let stride_w = comptime!(w as u32);
+        let stride_d = comptime!(d as u32);
+        let first_tile = block * planes;
+        let plane_first = block * planes + pl;
+        let tiles = (l + 15usize) / 16usize;
+        for tile in first_tile..tiles {
+            let i0 = tile * 16;
+            #[unroll(!emulate)]
+            for s in 0..comptime!(w / (2 * planes)) {
+                let e = s * units + t;
+                let i = i0 + e / w;
+                let mut x = 0.0f32;
+                if i < l {
+                    x = q[(base + i) * w + e % w];
+                }
+                qs[e] = f16::cast_from(x);
+            }
+            #[unroll(!emulate)]
+            for s in 0..comptime!(d / (2 * planes)) {
+                let e = s * units + t;
+                let i = i0 + e / d;
+                let mut x = 0.0f32;
+                if i < l {
+                    x = dout[(base + i) * d + e % d];
+                }
+                dos[e] = f16::cast_from(x);
+            }
+            if t < 16 {
+                let i = i0 + t;
+                let mut lse_i = 0.0f32;
+                let mut delta_i = 0.0f32;
+                if i < l {
+                    lse_i = lse[base + i];
+                    delta_i = delta[base + i];
+                }
+                stat[t] = lse_i;
+                stat[16usize + t] = delta_i;
+            }
+            sync_cube();
+            // Uniform over a plane: the tile holds a row at or after the plane's first key.
+            let seen = tile >= plane_first;
+            // Sᵀ = K̃ Q̃ᵀ into sc[sb..sb + 256], dPᵀ = V dOᵀ into sc[sb + 256..sb + 512].
+            if emulate {
+                if seen {
+                    #[unroll(!emulate)]
+                    for s in 0..8usize {
+                        let e = s * 32usize + lane;
+                        let ko = kb + (e / 16usize) * w;
+                        let qo = (e % 16usize) * w;
+                        let mut x = 0.0f32;
+                        for kk in 0..w {
+                            x += f32::cast_from(ks[ko + kk]) * f32::cast_from(qs[qo + kk]);
+                        }
+                        sc[sb + e] = x;
+                        let vo = vb + (e / 16usize) * d;
+                        let oo = (e % 16usize) * d;
+                        let mut y = 0.0f32;
+                        for kk in 0..d {
+                            y += f32::cast_from(vs[vo + kk]) * f32::cast_from(dos[oo + kk]);
+                        }
+                        sc[sb + 256usize + e] = y;
+                    }
+                }
+            } else {
+                if seen {
+                    let acc_s = cmma::Matrix::<f32>::from_value(
+                        cmma::MatrixIdent::Accumulator,
+                        16usize,
+                        16usize,
+                        16usize,
+                        cmma::MatrixLayout::Undefined,
+                        0.0f32,
+                    );
+                    #[unroll(!emulate)]
+                    for c in 0..comptime!(w / 16) {
+                        let a = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::A,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::RowMajor,
+                            &ks[kb + c * 16..kb + comptime!(16 * w)],
+                            stride_w,
+                        );
+                        let b = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::B,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::ColMajor,
+                            &qs[c * 16..comptime!(16 * w)],
+                            stride_w,
+                        );
+                        cmma::execute(&a, &b, &acc_s, &acc_s);
+                    }
+                    cmma::store(
+                        &mut sc[sb..sb + 256usize],
+                        &acc_s,
+                        16u32,
+                        cmma::MatrixLayout::RowMajor,
+                    );
+                    let acc_p = cmma::Matrix::<f32>::from_value(
+                        cmma::MatrixIdent::Accumulator,
+                        16usize,
+                        16usize,
+                        16usize,
+                        cmma::MatrixLayout::Undefined,
+                        0.0f32,
+                    );
+                    #[unroll(!emulate)]
+                    for c in 0..comptime!(d / 16) {
+                        let a = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::A,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::RowMajor,
+                            &vs[vb + c * 16..vb + comptime!(16 * d)],
+                            stride_d,
+                        );
+                        let b = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::B,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::ColMajor,
+                            &dos[c * 16..comptime!(16 * d)],
+                            stride_d,
+                        );
+                        cmma::execute(&a, &b, &acc_p, &acc_p);
+                    }
+                    cmma::store(
+                        &mut sc[sb + 256usize..sb + 512usize],
+                        &acc_p,
+                        16u32,
+                        cmma::MatrixLayout::RowMajor,
+                    );
+                }
+            }
+            sync_cube();
+            // Pᵀ and dSᵀ, entry `s·32 + lane` (key `/16`, query `%16`), in f16.
+            if seen {
+                #[unroll(!emulate)]
+                for s in 0..8usize {
+                    let e = s * 32usize + lane;
+                    let c = e % 16usize;
+                    let j = jp + e / 16usize;
+                    let i = i0 + c;
+                    let mut p = 0.0f32;
+                    let mut ds = 0.0f32;
+                    if j <= i && i < l && j < l {
+                        p = f32::exp(sc[sb + e] * scale - stat[c]);
+                        ds = p * (sc[sb + 256usize + e] - stat[16usize + c]) * scale;
+                    }
+                    pss[pb + e] = f16::cast_from(p);
+                    dss[pb + e] = f16::cast_from(ds);
+                }
+            }
+            sync_cube();
+            // Pᵀ dO (16 × d) into gv[vb..], dSᵀ Q̃ (16 × w) into gk[kb..], row-major.
+            if emulate {
+                if seen {
+                    #[unroll(!emulate)]
+                    for s in 0..comptime!(d / 2) {
+                        let e = s * 32usize + lane;
+                        let so = pb + (e / d) * 16usize;
+                        let col = e % d;
+                        let mut x = 0.0f32;
+                        #[unroll(!emulate)]
+                        for kk in 0..16usize {
+                            x += f32::cast_from(pss[so + kk]) * f32::cast_from(dos[kk * d + col]);
+                        }
+                        gv[vb + e] = x;
+                    }
+                    #[unroll(!emulate)]
+                    for s in 0..comptime!(w / 2) {
+                        let e = s * 32usize + lane;
+                        let so = pb + (e / w) * 16usize;
+                        let col = e % w;
+                        let mut x = 0.0f32;
+                        #[unroll(!emulate)]
+                        for kk in 0..16usize {
+                            x += f32::cast_from(dss[so + kk]) * f32::cast_from(qs[kk * w + col]);
+                        }
+                        gk[kb + e] = x;
+                    }
+                }
+            } else {
+                if seen {
+                    let ap = cmma::Matrix::<f16>::from_slice(
+                        cmma::MatrixIdent::A,
+                        16usize,
+                        16usize,
+                        16usize,
+                        cmma::MatrixLayout::RowMajor,
+                        &pss[pb..pb + 256usize],
+                        16u32,
+                    );
+                    #[unroll(!emulate)]
+                    for c in 0..comptime!(d / 16) {
+                        let b = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::B,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::RowMajor,
+                            &dos[c * 16..comptime!(16 * d)],
+                            stride_d,
+                        );
+                        let o = cmma::Matrix::<f32>::from_value(
+                            cmma::MatrixIdent::Accumulator,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::Undefined,
+                            0.0f32,
+                        );
+                        cmma::execute(&ap, &b, &o, &o);
+                        cmma::store(
+                            &mut gv[vb + c * 16..vb + comptime!(16 * d)],
+                            &o,
+                            stride_d,
+                            cmma::MatrixLayout::RowMajor,
+                        );
+                    }
+                    let ads = cmma::Matrix::<f16>::from_slice(
+                        cmma::MatrixIdent::A,
+                        16usize,
+                        16usize,
+                        16usize,
+                        cmma::MatrixLayout::RowMajor,
+                        &dss[pb..pb + 256usize],
+                        16u32,
+                    );
+                    #[unroll(!emulate)]
+                    for c in 0..comptime!(w / 16) {
+                        let b = cmma::Matrix::<f16>::from_slice(
+                            cmma::MatrixIdent::B,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::RowMajor,
+                            &qs[c * 16..comptime!(16 * w)],
+                            stride_w,
+                        );
+                        let o = cmma::Matrix::<f32>::from_value(
+                            cmma::MatrixIdent::Accumulator,
+                            16usize,
+                            16usize,
+                            16usize,
+                            cmma::MatrixLayout::Undefined,
+                            0.0f32,
+                        );
+                        cmma::execute(&ads, &b, &o, &o);
+                        cmma::store(
+                            &mut gk[kb + c * 16..kb + comptime!(16 * w)],
+                            &o,
+                            stride_w,
+                            cmma::MatrixLayout::RowMajor,
+                        );
+                    }
+                }
+            }
+            sync_cube();
+            // The next tile's loads write qs, dos, stat only; gv, gk are written again two
+            // barriers later.
+            if seen {
+                #[unroll(!emulate)]
+                for s in 0..comptime!(d / 2) {
+                    acc_v[s] += gv[vb + s * 32usize + lane];
+                }
+                #[unroll(!emulate)]
+                for s in 0..comptime!(w / 2) {
+                    acc_k[s] += gk[kb + s * 32usize + lane];
+                }
+            }
+        }
+        #[unroll(!emulate)]
+        for s in 0..comptime!(d / 2) {
+            let e = s * 32usize + lane;
+            let j = jp + e / d;
+            if j < l {
+                dv[(base + j) * d + e % d] = acc_v[s];
+            }
+        }
+        #[unroll(!emulate)]
+        for s in 0..comptime!(w / 2) {
+            let e = s * 32usize + lane;
+            let j = jp + e / w;
+            if j < l {
+                dk[(base + j) * w + e % w] = acc_k[s];
             }
         }
     }
@@ -1958,7 +2686,33 @@ pub fn cmma_applies(q: &CubeTensor, params: &CubeAttentionParams) -> bool {
     uses_cmma(&q.client, &params.strategy, &plan)
 }
 
-fn uses_cmma(client: &cubecl::client::Client, strategy: &CubeStrategy, plan: &Plan) -> bool {
+/// Whether [`forward`] with `params` on `q`'s device and shape runs the tensor-core kernel
+/// `attn_fwd_cmma` *emulated*: a `Cmma`/`CmmaWide` layout whose shapes fit
+/// ([`cmma_shapes_fit`]) on a device without that `cmma` form (lavapipe), where each `cmma`
+/// product is computed by the plane's units from the same f16 operands with f32 accumulation.
+/// The kernel is otherwise the one tensor cores run (tiles, planes, online softmax, output tile
+/// in registers), so its logic is checked on any device; its numbers match the tensor-core
+/// path's up to f32 summation order.
+pub fn cmma_emulated(q: &CubeTensor, params: &CubeAttentionParams) -> bool {
+    let plan = Plan::new(dims4(q), &params.encoding);
+    cmma_path(&q.client, &params.strategy, &plan) == Some(CmmaPath::Emulated)
+}
+
+/// How `attn_fwd_cmma` runs, where it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CmmaPath {
+    /// On the device's tensor cores.
+    TensorCores,
+    /// Each `cmma` product computed by the plane's units ([`cmma_emulated`]).
+    Emulated,
+}
+
+/// `None` where the tiled forward runs instead (another layout, or shapes that do not fit).
+fn cmma_path(
+    client: &cubecl::client::Client,
+    strategy: &CubeStrategy,
+    plan: &Plan,
+) -> Option<CmmaPath> {
     let fits = matches!(
         strategy,
         CubeStrategy::Cmma { .. } | CubeStrategy::CmmaWide { .. }
@@ -1967,12 +2721,55 @@ fn uses_cmma(client: &cubecl::client::Client, strategy: &CubeStrategy, plan: &Pl
         plan.head_dim,
         plan.tapa.then_some((plan.amp, plan.linear)),
     );
+    if !fits {
+        return None;
+    }
     // While capturing for CUDA, the device that counts is the CUDA one being compiled for.
     #[cfg(feature = "cuda-source")]
     if let Some((props, _)) = super::cuda_source::capturing() {
-        return fits && cmma_supported_by(&props);
+        return Some(if cmma_supported_by(&props) {
+            CmmaPath::TensorCores
+        } else {
+            CmmaPath::Emulated
+        });
     }
-    fits && cmma_supported(client)
+    Some(if cmma_supported(client) {
+        CmmaPath::TensorCores
+    } else {
+        CmmaPath::Emulated
+    })
+}
+
+fn uses_cmma(client: &cubecl::client::Client, strategy: &CubeStrategy, plan: &Plan) -> bool {
+    cmma_path(client, strategy, plan) == Some(CmmaPath::TensorCores)
+}
+
+/// Shared memory of the tensor-core backward kernels with `planes` planes per cube, bytes:
+/// `(attn_bwd_dq_cmma, attn_bwd_dkdv_cmma)` (f16 operand tiles, f32 score and product tiles;
+/// `w` the transformed row width, `d` the head dim).
+pub fn cmma_bwd_shared_bytes(w: usize, d: usize, planes: usize) -> (usize, usize) {
+    let p = planes;
+    let dq = 32 * p * w + 32 * p * d + 32 * w + 32 * d + 512 * p + 2048 * p + 64 * p * w + 128 * p;
+    let dkdv =
+        32 * p * w + 32 * p * d + 32 * w + 32 * d + 1024 * p + 2048 * p + 64 * p * (w + d) + 128;
+    (dq, dkdv)
+}
+
+/// Planes per cube of the tensor-core backward: 1 for `Cmma`; for `CmmaWide` the largest of
+/// [`CMMA_WIDE_PLANES`], 2, 1 whose two kernels fit `max_shared` bytes and the 48 KiB a CUDA
+/// kernel may declare statically.
+fn cmma_bwd_planes(strategy: &CubeStrategy, w: usize, d: usize, max_shared: usize) -> usize {
+    if !matches!(strategy, CubeStrategy::CmmaWide { .. }) {
+        return 1;
+    }
+    let budget = max_shared.min(48 * 1024);
+    [CMMA_WIDE_PLANES, 2, 1]
+        .into_iter()
+        .find(|&p| {
+            let (dq, dkdv) = cmma_bwd_shared_bytes(w, d, p);
+            dq.max(dkdv) <= budget
+        })
+        .unwrap_or(1)
 }
 
 /// Whether `attn_fwd_cmma` takes an encoding of these shapes: `w` (the transformed row width:
@@ -2027,7 +2824,7 @@ pub fn forward(
     let [b, h, l, d] = shape;
     let out = empty_like(&q, vec![b, h, l, d]);
     let lse = empty_like(&q, vec![b, h, l]);
-    if uses_cmma(&q.client, &params.strategy, &plan) {
+    if let Some(path) = cmma_path(&q.client, &params.strategy, &plan) {
         let planes = match params.strategy {
             CubeStrategy::CmmaWide { .. } => CMMA_WIDE_PLANES,
             _ => 1,
@@ -2052,6 +2849,7 @@ pub fn forward(
             plan.tapa,
             plan.amp,
             planes,
+            path == CmmaPath::Emulated,
         );
         return (out, lse);
     }
@@ -2161,99 +2959,115 @@ pub fn backward(
     let dqt = empty_like(&q, vec![plan.rows, plan.w]);
     let dkt = empty_like(&q, vec![plan.rows, plan.w]);
     let dv = empty_like(&q, vec![b, h, l, d]);
-    match tiling(&params.strategy, &plan) {
-        None => {
-            launch!(
-                attn_bwd_dq,
-                &client,
-                count.clone(),
-                dim,
-                arg(&qt),
-                arg(&kt),
-                arg(&v),
-                arg(&dout),
-                arg(&lse),
-                arg(&delta),
-                arg(&dqt),
-                rows,
-                seq,
-                plan.scale,
-                plan.inv_sqrt_a,
-                plan.inv_sqrt_p,
-                plan.alpha,
-                plan.w,
-                d,
-                plan.tapa,
-                plan.amp,
-                plan.linear,
-            );
-            launch!(
-                attn_bwd_dkdv,
-                &client,
-                count.clone(),
-                dim,
-                arg(&qt),
-                arg(&kt),
-                arg(&v),
-                arg(&dout),
-                arg(&lse),
-                arg(&delta),
-                arg(&dkt),
-                arg(&dv),
-                rows,
-                seq,
-                plan.scale,
-                plan.inv_sqrt_a,
-                plan.inv_sqrt_p,
-                plan.alpha,
-                plan.w,
-                d,
-                plan.tapa,
-                plan.amp,
-                plan.linear,
-            );
-        }
-        Some((bn, tcount, tdim)) => {
-            let stage = matches!(params.strategy, CubeStrategy::TiledStaged { .. });
-            let (bn, tcount, tdim) = match params.strategy {
-                CubeStrategy::TiledStaged { tile: None } => {
-                    tile_launch(auto_tile_staged(plan.w, d, max_shared(&client)), &plan)
-                }
-                _ => (bn, tcount, tdim),
-            };
-            launch!(
-                attn_bwd_dq_tiled,
-                &client,
-                tcount.clone(),
-                tdim,
-                arg(&qt),
-                arg(&kt),
-                arg(&v),
-                arg(&dout),
-                arg(&lse),
-                arg(&delta),
-                arg(&dqt),
-                seq,
-                plan.scale,
-                plan.inv_sqrt_a,
-                plan.inv_sqrt_p,
-                plan.alpha,
-                plan.w,
-                d,
-                plan.tapa,
-                plan.amp,
-                plan.linear,
-                bn,
-                stage,
-            );
-            // Tiled: one launch writes both; TiledSplit: `dv`, then `dk` (the type's docs).
-            let parts: &[(bool, bool)] = match params.strategy {
-                CubeStrategy::TiledSplit { .. } => &[(false, true), (true, false)],
-                _ => &[(true, true)],
-            };
-            for &(with_dk, with_dv) in parts {
+    // The tensor-core backward takes the dot-product encodings (TAPA's score is not one).
+    let cmma_bwd = cmma_path(&client, &params.strategy, &plan).filter(|_| !plan.tapa);
+    if let Some(path) = cmma_bwd {
+        let planes = cmma_bwd_planes(&params.strategy, plan.w, d, max_shared(&client));
+        let count = CubeCount::Static(l.div_ceil(16 * planes) as u32, (b * h) as u32, 1);
+        let dim = CubeDim::new_1d(32 * planes as u32);
+        let emulate = path == CmmaPath::Emulated;
+        launch!(
+            attn_bwd_dq_cmma,
+            &client,
+            count.clone(),
+            dim,
+            arg(&qt),
+            arg(&kt),
+            arg(&v),
+            arg(&dout),
+            arg(&lse),
+            arg(&delta),
+            arg(&dqt),
+            seq,
+            plan.scale,
+            plan.w,
+            d,
+            planes,
+            emulate,
+        );
+        launch!(
+            attn_bwd_dkdv_cmma,
+            &client,
+            count,
+            dim,
+            arg(&qt),
+            arg(&kt),
+            arg(&v),
+            arg(&dout),
+            arg(&lse),
+            arg(&delta),
+            arg(&dkt),
+            arg(&dv),
+            seq,
+            plan.scale,
+            plan.w,
+            d,
+            planes,
+            emulate,
+        );
+    } else {
+        match tiling(&params.strategy, &plan) {
+            None => {
                 launch!(
-                    attn_bwd_dkdv_tiled,
+                    attn_bwd_dq,
+                    &client,
+                    count.clone(),
+                    dim,
+                    arg(&qt),
+                    arg(&kt),
+                    arg(&v),
+                    arg(&dout),
+                    arg(&lse),
+                    arg(&delta),
+                    arg(&dqt),
+                    rows,
+                    seq,
+                    plan.scale,
+                    plan.inv_sqrt_a,
+                    plan.inv_sqrt_p,
+                    plan.alpha,
+                    plan.w,
+                    d,
+                    plan.tapa,
+                    plan.amp,
+                    plan.linear,
+                );
+                launch!(
+                    attn_bwd_dkdv,
+                    &client,
+                    count.clone(),
+                    dim,
+                    arg(&qt),
+                    arg(&kt),
+                    arg(&v),
+                    arg(&dout),
+                    arg(&lse),
+                    arg(&delta),
+                    arg(&dkt),
+                    arg(&dv),
+                    rows,
+                    seq,
+                    plan.scale,
+                    plan.inv_sqrt_a,
+                    plan.inv_sqrt_p,
+                    plan.alpha,
+                    plan.w,
+                    d,
+                    plan.tapa,
+                    plan.amp,
+                    plan.linear,
+                );
+            }
+            Some((bn, tcount, tdim)) => {
+                let stage = matches!(params.strategy, CubeStrategy::TiledStaged { .. });
+                let (bn, tcount, tdim) = match params.strategy {
+                    CubeStrategy::TiledStaged { tile: None } => {
+                        tile_launch(auto_tile_staged(plan.w, d, max_shared(&client)), &plan)
+                    }
+                    _ => (bn, tcount, tdim),
+                };
+                launch!(
+                    attn_bwd_dq_tiled,
                     &client,
                     tcount.clone(),
                     tdim,
@@ -2263,8 +3077,7 @@ pub fn backward(
                     arg(&dout),
                     arg(&lse),
                     arg(&delta),
-                    arg(&dkt),
-                    arg(&dv),
+                    arg(&dqt),
                     seq,
                     plan.scale,
                     plan.inv_sqrt_a,
@@ -2276,10 +3089,43 @@ pub fn backward(
                     plan.amp,
                     plan.linear,
                     bn,
-                    with_dk,
-                    with_dv,
                     stage,
                 );
+                // Tiled: one launch writes both; TiledSplit: `dv`, then `dk` (the type's docs).
+                let parts: &[(bool, bool)] = match params.strategy {
+                    CubeStrategy::TiledSplit { .. } => &[(false, true), (true, false)],
+                    _ => &[(true, true)],
+                };
+                for &(with_dk, with_dv) in parts {
+                    launch!(
+                        attn_bwd_dkdv_tiled,
+                        &client,
+                        tcount.clone(),
+                        tdim,
+                        arg(&qt),
+                        arg(&kt),
+                        arg(&v),
+                        arg(&dout),
+                        arg(&lse),
+                        arg(&delta),
+                        arg(&dkt),
+                        arg(&dv),
+                        seq,
+                        plan.scale,
+                        plan.inv_sqrt_a,
+                        plan.inv_sqrt_p,
+                        plan.alpha,
+                        plan.w,
+                        d,
+                        plan.tapa,
+                        plan.amp,
+                        plan.linear,
+                        bn,
+                        with_dk,
+                        with_dv,
+                        stage,
+                    );
+                }
             }
         }
     }
