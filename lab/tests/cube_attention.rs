@@ -117,9 +117,8 @@ fn cube_hand_computed_lse() {
 /// `cuda-source`; `lab bench cuda-source`, `make cuda-ptxas` compiles it further with NVRTC):
 /// every encoding and layout at head_dim 64 compiles; the `cmma` layouts emit `wmma` tensor-core
 /// code for the forward of the encodings whose scores are dot products and TAPA's quadratic
-/// phase (the tiled forward for TAPA's linear phase) and for the backward of the dot-product
-/// encodings (the tiled backward for TAPA); `tiled-split` launches two key-side kernels where
-/// `tiled` launches one.
+/// phase, forward and backward (the tiled kernels for TAPA's linear phase); `tiled-split`
+/// launches two key-side kernels where `tiled` launches one.
 #[cfg(feature = "cuda-source")]
 #[test]
 fn cuda_sources_for_sm90_cover_every_kernel() {
@@ -151,8 +150,8 @@ fn cuda_sources_for_sm90_cover_every_kernel() {
                 usize::from(cmma),
                 "{label}: {names:?}"
             );
-            // The tensor-core backward: the dot-product encodings only.
-            let cmma_bwd = strategy.starts_with("cmma") && ["nope", "rope", "pope"].contains(&enc);
+            // The tensor-core backward: where the tensor-core forward runs.
+            let cmma_bwd = cmma;
             assert_eq!(
                 count("attn_bwd_dq_cmma"),
                 usize::from(cmma_bwd),

@@ -29,8 +29,8 @@
 //!   (`q̃_i`, `dout_i` for `dq`; `k̃_j`, `v_j` for `dk`, `dv`) in shared memory instead of
 //!   registers, so that only the gradient accumulators take registers.
 //! - [`CubeStrategy::Cmma`]: the forward on tensor cores (`cmma`, f16 operands, f32
-//!   accumulation) for the dot-product encodings and TAPA's quadratic phase, and the backward
-//!   (`attn_bwd_dq_cmma`, `attn_bwd_dkdv_cmma`) for the dot-product encodings; on devices
+//!   accumulation) for the dot-product encodings and TAPA's quadratic phase, forward and
+//!   backward (`attn_fwd_cmma`, `attn_bwd_dq_cmma`, `attn_bwd_dkdv_cmma`); on devices
 //!   without tensor cores (lavapipe) the same kernels run emulated ([`cmma_emulated`]), and
 //!   shapes they do not take run `Tiled`;
 //!   [`CubeStrategy::CmmaWide`]: the same with several planes per cube sharing each tile.
@@ -155,9 +155,9 @@ pub enum CubeStrategy {
     /// `attn_fwd_cmma` kernel) where it applies ([`cmma_applies`]: a device with that `cmma`
     /// form and 32-unit planes, a dot-product encoding or TAPA with the quadratic phase, `W`,
     /// `head_dim` and TAPA's `amp_dim` multiples of 16),
-    /// [`CubeStrategy::Tiled`]'s forward elsewhere. The backward of the dot-product encodings
-    /// on tensor cores too (`attn_bwd_dq_cmma`, `attn_bwd_dkdv_cmma`: FlashAttention-2's
-    /// backward with 16×16 tiles, `dS` and `P` rounded to f16), TAPA's the tiled f32 one. On a
+    /// [`CubeStrategy::Tiled`]'s forward elsewhere. The backward on tensor cores too, where the
+    /// forward is (`attn_bwd_dq_cmma`, `attn_bwd_dkdv_cmma`: FlashAttention-2's backward with
+    /// 16×16 tiles, `dS` and `P` rounded to f16); `Tiled`'s elsewhere. On a
     /// device without that `cmma` form the same kernels run emulated ([`cmma_emulated`]: each
     /// product computed by the units from the same f16 operands), so lavapipe checks their
     /// logic. Outputs differ from the f32 layouts by f16 rounding of `q̃`, `k̃`, `v`, `p`,
@@ -1212,18 +1212,22 @@ mod kernels {
     }
 
     /// Backward for `dq̃` on tensor cores, for the dot-product encodings (NoPE, RoPE, PoPE on `q̃`,
-    /// `k̃`): the contract of [`attn_bwd_dq_tiled`] (writes `dq̃ [rows, w]` from the forward's
+    /// `k̃`) and TAPA with the quadratic phase: the contract of [`attn_bwd_dq_tiled`] (writes `dq̃ [rows, w]` from the forward's
     /// `lse` and `delta = rowsum(dout ⊙ out)`), as FlashAttention-2's backward (Alg. 2) splits
     /// it, query side: plane `p` of the cube owns the 16 query rows `i0 + 16p ..`; per key tile
     /// of 16 (loaded once per cube, f32 → f16) each plane that sees it computes
     /// `S = Q̃ K̃ᵀ` (`w/16` `cmma` steps) and `dP = dO Vᵀ` (`d/16`), then per entry
     /// `dS = P ⊙ (dP − Δ) · scale` with `P = exp(S·scale − lse)` (causal mask), rounded to
     /// f16, then `dS K̃` (`w/16` products of 16 columns) staged in shared memory, which each unit
-    /// adds to its `16·w/32` entries of the plane's `dq̃` tile held in registers. f16 operands,
+    /// adds to its `16·w/32` entries of the plane's `dq̃` tile held in registers. TAPA: `S` as
+    /// two products (amplitude over the first `amp` columns, phase over the rest, as in
+    /// [`attn_fwd_cmma`]), and two `dS` tiles, `dS·∂s/∂A` for the amplitude columns of `K̃` and
+    /// `dS·∂s/∂P` for the phase columns ([`add_score_grad`]). f16 operands,
     /// f32 accumulation. `emulate`: each product computed by the plane's units from the same
     /// f16 operands (devices without tensor cores; [`super::cmma_emulated`]). Launch: cube count
     /// `(ceil(seq/(16·planes)), batch·heads, 1)`, cube dim `32·planes`; `w`, `d` multiples of
-    /// 16. Shared memory [`super::cmma_bwd_shared_bytes`]`(w, d, planes).0`.
+    /// 16 (TAPA: `amp` too). Shared memory [`super::cmma_bwd_shared_bytes`]`(w, d, tapa,
+    /// planes).0`.
     #[cube(launch, create_dummy_kernel)]
     pub fn attn_bwd_dq_cmma(
         q: &[f32],
@@ -1235,8 +1239,13 @@ mod kernels {
         dq: &mut [f32],
         seq: u32,
         scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
         #[comptime] w: usize,
         #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
         #[comptime] planes: usize,
         #[comptime] emulate: bool,
     ) {
@@ -1253,9 +1262,13 @@ mod kernels {
         let mut dos = Shared::<[f16]>::new_aligned_slice(comptime!(16 * planes * d), 32usize);
         let mut ks = Shared::<[f16]>::new_aligned_slice(comptime!(16 * w), 32usize);
         let mut vs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * d), 32usize);
-        let mut dss = Shared::<[f16]>::new_aligned_slice(comptime!(256 * planes), 32usize);
-        // Each plane's S (first 256) and dP (next 256) of a key tile.
-        let mut sc = Shared::<[f32]>::new_aligned_slice(comptime!(512 * planes), 32usize);
+        // Each plane's dS (TAPA: the amplitude's, then the phase's).
+        let ds_per = comptime!(if tapa { 512usize } else { 256usize });
+        let mut dss = Shared::<[f16]>::new_aligned_slice(comptime!(planes * ds_per), 32usize);
+        // Each plane's S (first 256; TAPA: the amplitude's, then the phase's) and dP (last 256)
+        // of a key tile.
+        let sc_per = comptime!(ds_per + 256usize);
+        let mut sc = Shared::<[f32]>::new_aligned_slice(comptime!(planes * sc_per), 32usize);
         // Each plane's product dS K̃ of a key tile, 16 × w row-major.
         let mut gs = Shared::<[f32]>::new_aligned_slice(comptime!(16 * planes * w), 32usize);
         // Each plane's lse (first 16) and Δ (next 16) of its rows.
@@ -1263,9 +1276,10 @@ mod kernels {
         let mut acc = Array::<f32>::new(comptime!(w / 2));
         let qb = pl * comptime!(16 * w);
         let db = pl * comptime!(16 * d);
-        let sb = pl * 512usize;
-        let pb = pl * 256usize;
+        let sb = pl * sc_per;
+        let pb = pl * ds_per;
         let tb = pl * 32usize;
+        let dpo = ds_per;
         #[unroll(!emulate)]
         for s in 0..comptime!(w / 2) {
             let e = s * units + t;
@@ -1330,6 +1344,8 @@ mod kernels {
             sync_cube();
             // Uniform over a plane: its `cmma` calls are taken by all its units or none.
             let seen = tile <= plane_last;
+            let split = comptime!(if tapa { amp / 16 } else { w / 16 });
+            let chains = comptime!(if tapa { 2usize } else { 1usize });
             // S = Q̃ K̃ᵀ into sc[sb..sb + 256], dP = dO Vᵀ into sc[sb + 256..sb + 512]
             // (B: the key rows read as a column-major [w, 16] / [d, 16] matrix).
             if emulate {
@@ -1339,58 +1355,66 @@ mod kernels {
                         let e = s * 32usize + lane;
                         let qo = qb + (e / 16usize) * w;
                         let ko = (e % 16usize) * w;
-                        let mut x = 0.0f32;
-                        for kk in 0..w {
-                            x += f32::cast_from(qs[qo + kk]) * f32::cast_from(ks[ko + kk]);
+                        for ch in 0..chains {
+                            let lo = ch * split * 16usize;
+                            let hi = (split + ch * comptime!(w / 16 - split)) * 16usize;
+                            let mut x = 0.0f32;
+                            for kk in lo..hi {
+                                x += f32::cast_from(qs[qo + kk]) * f32::cast_from(ks[ko + kk]);
+                            }
+                            sc[sb + ch * 256usize + e] = x;
                         }
-                        sc[sb + e] = x;
                         let oo = db + (e / 16usize) * d;
                         let vo = (e % 16usize) * d;
                         let mut y = 0.0f32;
                         for kk in 0..d {
                             y += f32::cast_from(dos[oo + kk]) * f32::cast_from(vs[vo + kk]);
                         }
-                        sc[sb + 256usize + e] = y;
+                        sc[sb + dpo + e] = y;
                     }
                 }
             } else {
                 if seen {
-                    let acc_s = cmma::Matrix::<f32>::from_value(
-                        cmma::MatrixIdent::Accumulator,
-                        16usize,
-                        16usize,
-                        16usize,
-                        cmma::MatrixLayout::Undefined,
-                        0.0f32,
-                    );
                     #[unroll(!emulate)]
-                    for c in 0..comptime!(w / 16) {
-                        let a = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::A,
+                    for ch in 0..chains {
+                        let acc_s = cmma::Matrix::<f32>::from_value(
+                            cmma::MatrixIdent::Accumulator,
                             16usize,
                             16usize,
                             16usize,
+                            cmma::MatrixLayout::Undefined,
+                            0.0f32,
+                        );
+                        let lo = ch * split;
+                        let hi = split + ch * comptime!(w / 16 - split);
+                        for c in lo..hi {
+                            let a = cmma::Matrix::<f16>::from_slice(
+                                cmma::MatrixIdent::A,
+                                16usize,
+                                16usize,
+                                16usize,
+                                cmma::MatrixLayout::RowMajor,
+                                &qs[qb + c * 16..qb + comptime!(16 * w)],
+                                stride_w,
+                            );
+                            let b = cmma::Matrix::<f16>::from_slice(
+                                cmma::MatrixIdent::B,
+                                16usize,
+                                16usize,
+                                16usize,
+                                cmma::MatrixLayout::ColMajor,
+                                &ks[c * 16..comptime!(16 * w)],
+                                stride_w,
+                            );
+                            cmma::execute(&a, &b, &acc_s, &acc_s);
+                        }
+                        cmma::store(
+                            &mut sc[sb + ch * 256usize..sb + ch * 256usize + 256usize],
+                            &acc_s,
+                            16u32,
                             cmma::MatrixLayout::RowMajor,
-                            &qs[qb + c * 16..qb + comptime!(16 * w)],
-                            stride_w,
                         );
-                        let b = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::B,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::ColMajor,
-                            &ks[c * 16..comptime!(16 * w)],
-                            stride_w,
-                        );
-                        cmma::execute(&a, &b, &acc_s, &acc_s);
                     }
-                    cmma::store(
-                        &mut sc[sb..sb + 256usize],
-                        &acc_s,
-                        16u32,
-                        cmma::MatrixLayout::RowMajor,
-                    );
                     let acc_p = cmma::Matrix::<f32>::from_value(
                         cmma::MatrixIdent::Accumulator,
                         16usize,
@@ -1422,7 +1446,7 @@ mod kernels {
                         cmma::execute(&a, &b, &acc_p, &acc_p);
                     }
                     cmma::store(
-                        &mut sc[sb + 256usize..sb + 512usize],
+                        &mut sc[sb + dpo..sb + dpo + 256usize],
                         &acc_p,
                         16u32,
                         cmma::MatrixLayout::RowMajor,
@@ -1439,11 +1463,26 @@ mod kernels {
                     let i = ip + r;
                     let j = j0 + e % 16usize;
                     let mut ds = 0.0f32;
+                    let mut ds_p = 0.0f32;
                     if j <= i && j < l && i < l {
-                        let p = f32::exp(sc[sb + e] * scale - stat[tb + r]);
-                        ds = p * (sc[sb + 256usize + e] - stat[tb + 16usize + r]) * scale;
+                        let dp = sc[sb + dpo + e] - stat[tb + 16usize + r];
+                        if tapa {
+                            // ∂s/∂A = cos φ, ∂s/∂P = −A sin φ · 2π|i − j|^α ([`add_score_grad`]).
+                            let a_ij = sc[sb + e] * inv_sqrt_a;
+                            let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
+                            let phi = two_pi_dist * sc[sb + 256usize + e] * inv_sqrt_p;
+                            let cos_phi = f32::cos(phi);
+                            let g = f32::exp(a_ij * cos_phi - stat[tb + r]) * dp;
+                            ds += g * cos_phi * inv_sqrt_a;
+                            ds_p -= g * a_ij * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
+                        } else {
+                            ds += f32::exp(sc[sb + e] * scale - stat[tb + r]) * dp * scale;
+                        }
                     }
                     dss[pb + e] = f16::cast_from(ds);
+                    if tapa {
+                        dss[pb + 256usize + e] = f16::cast_from(ds_p);
+                    }
                 }
             }
             sync_cube();
@@ -1453,8 +1492,13 @@ mod kernels {
                     #[unroll(!emulate)]
                     for s in 0..comptime!(w / 2) {
                         let e = s * 32usize + lane;
-                        let so = pb + (e / w) * 16usize;
                         let col = e % w;
+                        let mut so = pb + (e / w) * 16usize;
+                        if tapa {
+                            if col >= amp {
+                                so += 256usize;
+                            }
+                        }
                         let mut x = 0.0f32;
                         #[unroll(!emulate)]
                         for kk in 0..16usize {
@@ -1465,7 +1509,7 @@ mod kernels {
                 }
             } else {
                 if seen {
-                    let a = cmma::Matrix::<f16>::from_slice(
+                    let mut a = cmma::Matrix::<f16>::from_slice(
                         cmma::MatrixIdent::A,
                         16usize,
                         16usize,
@@ -1476,6 +1520,12 @@ mod kernels {
                     );
                     #[unroll(!emulate)]
                     for c in 0..comptime!(w / 16) {
+                        // TAPA: the phase's dS for the phase columns (from `amp` on).
+                        if tapa {
+                            if comptime!(amp / 16) == c {
+                                cmma::load(&mut a, &dss[pb + 256usize..pb + 512usize], 16u32);
+                            }
+                        }
                         let b = cmma::Matrix::<f16>::from_slice(
                             cmma::MatrixIdent::B,
                             16usize,
@@ -1522,7 +1572,8 @@ mod kernels {
         }
     }
 
-    /// Backward for `dk̃` and `dv` on tensor cores, for the dot-product encodings: the contract of
+    /// Backward for `dk̃` and `dv` on tensor cores, for the dot-product encodings and TAPA's
+    /// quadratic phase (two `dS` tiles, as in [`attn_bwd_dq_cmma`]): the contract of
     /// [`attn_bwd_dkdv_tiled`] (writes `dk̃ [rows, w]`, `dv [rows, d]`), FlashAttention-2's
     /// backward (Alg. 2), key side: plane `p` of the cube owns the 16 keys `j0 + 16p ..` (their
     /// `k̃`, `v` in shared memory as f16 for the whole kernel); per query tile of 16 from the
@@ -1532,7 +1583,7 @@ mod kernels {
     /// f16, then `Pᵀ dO` (`d/16` products) and `dSᵀ Q̃` (`w/16`) staged in shared memory, which
     /// each unit adds to its `16·d/32` and `16·w/32` entries of the plane's `dv`, `dk̃` tiles in
     /// registers. `emulate` as in [`attn_bwd_dq_cmma`]; launch likewise. Shared memory
-    /// [`super::cmma_bwd_shared_bytes`]`(w, d, planes).1`.
+    /// [`super::cmma_bwd_shared_bytes`]`(w, d, tapa, planes).1`.
     #[cube(launch, create_dummy_kernel)]
     pub fn attn_bwd_dkdv_cmma(
         q: &[f32],
@@ -1545,8 +1596,13 @@ mod kernels {
         dv: &mut [f32],
         seq: u32,
         scale: f32,
+        inv_sqrt_a: f32,
+        inv_sqrt_p: f32,
+        alpha: f32,
         #[comptime] w: usize,
         #[comptime] d: usize,
+        #[comptime] tapa: bool,
+        #[comptime] amp: usize,
         #[comptime] planes: usize,
         #[comptime] emulate: bool,
     ) {
@@ -1564,9 +1620,13 @@ mod kernels {
         let mut qs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * w), 32usize);
         let mut dos = Shared::<[f16]>::new_aligned_slice(comptime!(16 * d), 32usize);
         let mut pss = Shared::<[f16]>::new_aligned_slice(comptime!(256 * planes), 32usize);
-        let mut dss = Shared::<[f16]>::new_aligned_slice(comptime!(256 * planes), 32usize);
-        // Each plane's Sᵀ (first 256) and dPᵀ (next 256) of a query tile.
-        let mut sc = Shared::<[f32]>::new_aligned_slice(comptime!(512 * planes), 32usize);
+        // Each plane's dSᵀ (TAPA: the amplitude's, then the phase's).
+        let ds_per = comptime!(if tapa { 512usize } else { 256usize });
+        let mut dss = Shared::<[f16]>::new_aligned_slice(comptime!(planes * ds_per), 32usize);
+        // Each plane's Sᵀ (first 256; TAPA: the amplitude's, then the phase's) and dPᵀ (last
+        // 256) of a query tile.
+        let sc_per = comptime!(ds_per + 256usize);
+        let mut sc = Shared::<[f32]>::new_aligned_slice(comptime!(planes * sc_per), 32usize);
         // Each plane's products Pᵀ dO (16 × d) and dSᵀ Q̃ (16 × w) of a query tile.
         let mut gv = Shared::<[f32]>::new_aligned_slice(comptime!(16 * planes * d), 32usize);
         let mut gk = Shared::<[f32]>::new_aligned_slice(comptime!(16 * planes * w), 32usize);
@@ -1576,8 +1636,10 @@ mod kernels {
         let mut acc_v = Array::<f32>::new(comptime!(d / 2));
         let kb = pl * comptime!(16 * w);
         let vb = pl * comptime!(16 * d);
-        let sb = pl * 512usize;
+        let sb = pl * sc_per;
         let pb = pl * 256usize;
+        let gb = pl * ds_per;
+        let dpo = ds_per;
         #[unroll(!emulate)]
         for s in 0..comptime!(w / 2) {
             let e = s * units + t;
@@ -1641,6 +1703,8 @@ mod kernels {
             sync_cube();
             // Uniform over a plane: the tile holds a row at or after the plane's first key.
             let seen = tile >= plane_first;
+            let split = comptime!(if tapa { amp / 16 } else { w / 16 });
+            let chains = comptime!(if tapa { 2usize } else { 1usize });
             // Sᵀ = K̃ Q̃ᵀ into sc[sb..sb + 256], dPᵀ = V dOᵀ into sc[sb + 256..sb + 512].
             if emulate {
                 if seen {
@@ -1649,58 +1713,66 @@ mod kernels {
                         let e = s * 32usize + lane;
                         let ko = kb + (e / 16usize) * w;
                         let qo = (e % 16usize) * w;
-                        let mut x = 0.0f32;
-                        for kk in 0..w {
-                            x += f32::cast_from(ks[ko + kk]) * f32::cast_from(qs[qo + kk]);
+                        for ch in 0..chains {
+                            let lo = ch * split * 16usize;
+                            let hi = (split + ch * comptime!(w / 16 - split)) * 16usize;
+                            let mut x = 0.0f32;
+                            for kk in lo..hi {
+                                x += f32::cast_from(ks[ko + kk]) * f32::cast_from(qs[qo + kk]);
+                            }
+                            sc[sb + ch * 256usize + e] = x;
                         }
-                        sc[sb + e] = x;
                         let vo = vb + (e / 16usize) * d;
                         let oo = (e % 16usize) * d;
                         let mut y = 0.0f32;
                         for kk in 0..d {
                             y += f32::cast_from(vs[vo + kk]) * f32::cast_from(dos[oo + kk]);
                         }
-                        sc[sb + 256usize + e] = y;
+                        sc[sb + dpo + e] = y;
                     }
                 }
             } else {
                 if seen {
-                    let acc_s = cmma::Matrix::<f32>::from_value(
-                        cmma::MatrixIdent::Accumulator,
-                        16usize,
-                        16usize,
-                        16usize,
-                        cmma::MatrixLayout::Undefined,
-                        0.0f32,
-                    );
                     #[unroll(!emulate)]
-                    for c in 0..comptime!(w / 16) {
-                        let a = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::A,
+                    for ch in 0..chains {
+                        let acc_s = cmma::Matrix::<f32>::from_value(
+                            cmma::MatrixIdent::Accumulator,
                             16usize,
                             16usize,
                             16usize,
+                            cmma::MatrixLayout::Undefined,
+                            0.0f32,
+                        );
+                        let lo = ch * split;
+                        let hi = split + ch * comptime!(w / 16 - split);
+                        for c in lo..hi {
+                            let a = cmma::Matrix::<f16>::from_slice(
+                                cmma::MatrixIdent::A,
+                                16usize,
+                                16usize,
+                                16usize,
+                                cmma::MatrixLayout::RowMajor,
+                                &ks[kb + c * 16..kb + comptime!(16 * w)],
+                                stride_w,
+                            );
+                            let b = cmma::Matrix::<f16>::from_slice(
+                                cmma::MatrixIdent::B,
+                                16usize,
+                                16usize,
+                                16usize,
+                                cmma::MatrixLayout::ColMajor,
+                                &qs[c * 16..comptime!(16 * w)],
+                                stride_w,
+                            );
+                            cmma::execute(&a, &b, &acc_s, &acc_s);
+                        }
+                        cmma::store(
+                            &mut sc[sb + ch * 256usize..sb + ch * 256usize + 256usize],
+                            &acc_s,
+                            16u32,
                             cmma::MatrixLayout::RowMajor,
-                            &ks[kb + c * 16..kb + comptime!(16 * w)],
-                            stride_w,
                         );
-                        let b = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::B,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::ColMajor,
-                            &qs[c * 16..comptime!(16 * w)],
-                            stride_w,
-                        );
-                        cmma::execute(&a, &b, &acc_s, &acc_s);
                     }
-                    cmma::store(
-                        &mut sc[sb..sb + 256usize],
-                        &acc_s,
-                        16u32,
-                        cmma::MatrixLayout::RowMajor,
-                    );
                     let acc_p = cmma::Matrix::<f32>::from_value(
                         cmma::MatrixIdent::Accumulator,
                         16usize,
@@ -1732,7 +1804,7 @@ mod kernels {
                         cmma::execute(&a, &b, &acc_p, &acc_p);
                     }
                     cmma::store(
-                        &mut sc[sb + 256usize..sb + 512usize],
+                        &mut sc[sb + dpo..sb + dpo + 256usize],
                         &acc_p,
                         16u32,
                         cmma::MatrixLayout::RowMajor,
@@ -1750,12 +1822,28 @@ mod kernels {
                     let i = i0 + c;
                     let mut p = 0.0f32;
                     let mut ds = 0.0f32;
+                    let mut ds_p = 0.0f32;
                     if j <= i && i < l && j < l {
-                        p = f32::exp(sc[sb + e] * scale - stat[c]);
-                        ds = p * (sc[sb + 256usize + e] - stat[16usize + c]) * scale;
+                        let dp = sc[sb + dpo + e] - stat[16usize + c];
+                        if tapa {
+                            // ∂s/∂A = cos φ, ∂s/∂P = −A sin φ · 2π|i − j|^α ([`add_score_grad`]).
+                            let a_ij = sc[sb + e] * inv_sqrt_a;
+                            let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
+                            let phi = two_pi_dist * sc[sb + 256usize + e] * inv_sqrt_p;
+                            let cos_phi = f32::cos(phi);
+                            p += f32::exp(a_ij * cos_phi - stat[c]);
+                            ds += p * dp * cos_phi * inv_sqrt_a;
+                            ds_p -= p * dp * a_ij * f32::sin(phi) * two_pi_dist * inv_sqrt_p;
+                        } else {
+                            p += f32::exp(sc[sb + e] * scale - stat[c]);
+                            ds += p * dp * scale;
+                        }
                     }
                     pss[pb + e] = f16::cast_from(p);
-                    dss[pb + e] = f16::cast_from(ds);
+                    dss[gb + e] = f16::cast_from(ds);
+                    if tapa {
+                        dss[gb + 256usize + e] = f16::cast_from(ds_p);
+                    }
                 }
             }
             sync_cube();
@@ -1777,8 +1865,13 @@ mod kernels {
                     #[unroll(!emulate)]
                     for s in 0..comptime!(w / 2) {
                         let e = s * 32usize + lane;
-                        let so = pb + (e / w) * 16usize;
                         let col = e % w;
+                        let mut so = gb + (e / w) * 16usize;
+                        if tapa {
+                            if col >= amp {
+                                so += 256usize;
+                            }
+                        }
                         let mut x = 0.0f32;
                         #[unroll(!emulate)]
                         for kk in 0..16usize {
@@ -1825,17 +1918,23 @@ mod kernels {
                             cmma::MatrixLayout::RowMajor,
                         );
                     }
-                    let ads = cmma::Matrix::<f16>::from_slice(
+                    let mut ads = cmma::Matrix::<f16>::from_slice(
                         cmma::MatrixIdent::A,
                         16usize,
                         16usize,
                         16usize,
                         cmma::MatrixLayout::RowMajor,
-                        &dss[pb..pb + 256usize],
+                        &dss[gb..gb + 256usize],
                         16u32,
                     );
                     #[unroll(!emulate)]
                     for c in 0..comptime!(w / 16) {
+                        // TAPA: the phase's dSᵀ for the phase columns (from `amp` on).
+                        if tapa {
+                            if comptime!(amp / 16) == c {
+                                cmma::load(&mut ads, &dss[gb + 256usize..gb + 512usize], 16u32);
+                            }
+                        }
                         let b = cmma::Matrix::<f16>::from_slice(
                             cmma::MatrixIdent::B,
                             16usize,
@@ -2746,19 +2845,21 @@ fn uses_cmma(client: &cubecl::client::Client, strategy: &CubeStrategy, plan: &Pl
 
 /// Shared memory of the tensor-core backward kernels with `planes` planes per cube, bytes:
 /// `(attn_bwd_dq_cmma, attn_bwd_dkdv_cmma)` (f16 operand tiles, f32 score and product tiles;
-/// `w` the transformed row width, `d` the head dim).
-pub fn cmma_bwd_shared_bytes(w: usize, d: usize, planes: usize) -> (usize, usize) {
+/// `w` the transformed row width, `d` the head dim; TAPA holds a second score tile and a second
+/// `dS` tile per plane).
+pub fn cmma_bwd_shared_bytes(w: usize, d: usize, tapa: bool, planes: usize) -> (usize, usize) {
     let p = planes;
+    let tapa_extra = if tapa { 1536 * p } else { 0 };
     let dq = 32 * p * w + 32 * p * d + 32 * w + 32 * d + 512 * p + 2048 * p + 64 * p * w + 128 * p;
     let dkdv =
         32 * p * w + 32 * p * d + 32 * w + 32 * d + 1024 * p + 2048 * p + 64 * p * (w + d) + 128;
-    (dq, dkdv)
+    (dq + tapa_extra, dkdv + tapa_extra)
 }
 
 /// Planes per cube of the tensor-core backward: 1 for `Cmma`; for `CmmaWide` the largest of
 /// [`CMMA_WIDE_PLANES`], 2, 1 whose two kernels fit `max_shared` bytes and the 48 KiB a CUDA
 /// kernel may declare statically.
-fn cmma_bwd_planes(strategy: &CubeStrategy, w: usize, d: usize, max_shared: usize) -> usize {
+fn cmma_bwd_planes(strategy: &CubeStrategy, plan: &Plan, max_shared: usize) -> usize {
     if !matches!(strategy, CubeStrategy::CmmaWide { .. }) {
         return 1;
     }
@@ -2766,7 +2867,7 @@ fn cmma_bwd_planes(strategy: &CubeStrategy, w: usize, d: usize, max_shared: usiz
     [CMMA_WIDE_PLANES, 2, 1]
         .into_iter()
         .find(|&p| {
-            let (dq, dkdv) = cmma_bwd_shared_bytes(w, d, p);
+            let (dq, dkdv) = cmma_bwd_shared_bytes(plan.w, plan.head_dim, plan.tapa, p);
             dq.max(dkdv) <= budget
         })
         .unwrap_or(1)
@@ -2959,10 +3060,9 @@ pub fn backward(
     let dqt = empty_like(&q, vec![plan.rows, plan.w]);
     let dkt = empty_like(&q, vec![plan.rows, plan.w]);
     let dv = empty_like(&q, vec![b, h, l, d]);
-    // The tensor-core backward takes the dot-product encodings (TAPA's score is not one).
-    let cmma_bwd = cmma_path(&client, &params.strategy, &plan).filter(|_| !plan.tapa);
-    if let Some(path) = cmma_bwd {
-        let planes = cmma_bwd_planes(&params.strategy, plan.w, d, max_shared(&client));
+    // The tensor-core backward takes what the tensor-core forward takes (`cmma_shapes_fit`).
+    if let Some(path) = cmma_path(&client, &params.strategy, &plan) {
+        let planes = cmma_bwd_planes(&params.strategy, &plan, max_shared(&client));
         let count = CubeCount::Static(l.div_ceil(16 * planes) as u32, (b * h) as u32, 1);
         let dim = CubeDim::new_1d(32 * planes as u32);
         let emulate = path == CmmaPath::Emulated;
@@ -2980,8 +3080,13 @@ pub fn backward(
             arg(&dqt),
             seq,
             plan.scale,
+            plan.inv_sqrt_a,
+            plan.inv_sqrt_p,
+            plan.alpha,
             plan.w,
             d,
+            plan.tapa,
+            plan.amp,
             planes,
             emulate,
         );
@@ -3000,8 +3105,13 @@ pub fn backward(
             arg(&dv),
             seq,
             plan.scale,
+            plan.inv_sqrt_a,
+            plan.inv_sqrt_p,
+            plan.alpha,
             plan.w,
             d,
+            plan.tapa,
+            plan.amp,
             planes,
             emulate,
         );
