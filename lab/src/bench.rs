@@ -34,11 +34,11 @@ pub struct AttentionBench {
     /// `cpu`, `wgpu` or `cuda`.
     pub backend: String,
     /// `op`: the model's fused op on the CPU; on `wgpu`/`cuda` the CubeCL launch layout it ran
-    /// with (`tiled`, the model's default, `rows`, `tiled-split` or `cmma`; `lab bench attention
-    /// --strategy`).
+    /// with (`tiled`, the model's default, or another of `lab bench attention --strategy`).
     pub strategy: &'static str,
-    /// `f32`, or `f16-f32acc` where the `cmma` layout ran the forward on tensor cores (f16
-    /// operands, f32 accumulation; the backward is f32).
+    /// `f32`, or `f16-f32acc` where a `cmma` layout ran on tensor cores (f16 operands, f32
+    /// accumulation, forward and backward), `f16-f32acc-emulated` where it ran the same kernels
+    /// with the products emulated (a device without tensor cores: lavapipe).
     pub dtype: &'static str,
     /// Shape `[batch, heads, seq, head_dim]` of q, k, v.
     pub batch: usize,

@@ -420,21 +420,29 @@ impl BenchCmd {
                             iters as usize,
                         )
                         .map_err(anyhow::Error::msg)?;
-                        // `cmma` runs the forward on tensor cores where it applies: f16 operands.
-                        let tensor_cores = strategy.starts_with("cmma")
-                            && lab::kernels::cmma_forward_applies(
-                                &device,
-                                enc.starts_with("tapa").then(|| {
-                                    (
-                                        lab::bench::tapa_amp_dim(head_dim as usize),
-                                        enc == "tapa-linear",
-                                    )
-                                }),
-                                head_dim as usize,
-                            );
+                        // `cmma` runs on tensor cores where it applies (emulated where the shapes
+                        // fit but the device has none): f16 operands either way.
+                        let tapa = enc.starts_with("tapa").then(|| {
+                            (
+                                lab::bench::tapa_amp_dim(head_dim as usize),
+                                enc == "tapa-linear",
+                            )
+                        });
+                        let cmma = strategy.starts_with("cmma");
+                        let dtype = if cmma
+                            && lab::kernels::cmma_forward_applies(&device, tapa, head_dim as usize)
+                        {
+                            "f16-f32acc"
+                        } else if cmma
+                            && lab::kernels::cmma_forward_emulated(&device, tapa, head_dim as usize)
+                        {
+                            "f16-f32acc-emulated"
+                        } else {
+                            r.dtype
+                        };
                         let r = lab::bench::AttentionBench {
                             strategy: label,
-                            dtype: if tensor_cores { "f16-f32acc" } else { r.dtype },
+                            dtype,
                             ..r
                         };
                         eprintln!(

@@ -109,6 +109,29 @@ pub fn cmma_forward_applies(
         && cube::cmma_supported(&cube::host_to_cube(&[0.0], [1], device).client)
 }
 
+/// Whether the `cmma` layout runs its tensor-core kernels *emulated* on `device`
+/// ([`cube::cmma_emulated`]: the shapes fit, the device has no tensor cores, as lavapipe);
+/// arguments as [`cmma_forward_applies`]. Emulated, the operands are still rounded to f16.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub fn cmma_forward_emulated(
+    device: &burn::tensor::Device,
+    tapa: Option<(usize, bool)>,
+    head_dim: usize,
+) -> bool {
+    cube::cmma_shapes_fit(head_dim, head_dim, tapa)
+        && !cube::cmma_supported(&cube::host_to_cube(&[0.0], [1], device).client)
+}
+
+/// Without a CubeCL backend there are no tensor-core kernels.
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+pub fn cmma_forward_emulated(
+    _device: &burn::tensor::Device,
+    _tapa: Option<(usize, bool)>,
+    _head_dim: usize,
+) -> bool {
+    false
+}
+
 /// Without a CubeCL backend there are no tensor-core kernels.
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
 pub fn cmma_forward_applies(
