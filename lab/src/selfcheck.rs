@@ -12,8 +12,8 @@
 //!   [`crate::kernels::cpu`]; on `wgpu` and `cuda` the CubeCL kernels of `kernels::cube`.
 //! - **`kernel <strategy>`** (`wgpu`, `cuda`): the CubeCL forward and backward called directly with
 //!   each launch layout (one unit per row; tiled with the automatic tile; 16-row tiles; the split
-//!   key-side backward; the backward's own rows staged in shared memory; the tensor-core forward,
-//!   `cmma` and `cmma-wide`, where the device has it), so every code
+//!   key-side backward; the backward's own rows staged in shared memory; the tensor-core kernels,
+//!   `cmma` and `cmma-wide`, emulated where the device has no tensor cores), so every code
 //!   path of the kernels is reached whatever the autotuned choice.
 //! - **`train-step`**: two whole training steps (forward, backward, clip, AdamW) of a small RoPE,
 //!   PoPE, TAPA and NoPE model — losses and global gradient norms — on the backend (burn with the
@@ -25,7 +25,7 @@
 //! vs a materialised softmax and matmuls), in where the angles are rounded (the reference builds
 //! cos/sin tables in f64, the kernels compute `pos·θ` in f32: ≲ 1e-5 rad at positions < 70) and in
 //! the transcendental functions (a few ulp). Each term is ≲ 1e-6 relative on values of order one;
-//! summed over ≤ 70 keys and 16 dims the errors stay well below 1e-4 absolute. PoPE's `dδ` sums
+//! summed over ≤ 70 keys and 32 dims the errors stay well below 1e-4 absolute. PoPE's `dδ` sums
 //! `batch · seq` ≤ 140 per-position terms of order one, hence its looser absolute part; a training
 //! step sums ~10⁴ terms in other orders, hence 1e-3 relative on the loss and gradient norm.
 
@@ -62,10 +62,9 @@ pub const DELTA_TOL: Tolerance = Tolerance {
     abs: 1e-3,
     rel: 1e-3,
 };
-/// Groups `kernel cmma`, `kernel cmma-wide` where the tensor-core forward ran (or was emulated
-/// with the same operand precision): f16 operands (`q̃`, `k̃`, `v` and
-/// the probabilities rounded to 11 significant bits, about 5e-4 relative each) with f32
-/// accumulation, and a backward from that forward's `lse`.
+/// Groups `kernel cmma`, `kernel cmma-wide` where the tensor-core kernels ran (or were emulated
+/// with the same operand precision): f16 operands (`q̃`, `k̃`, `v`, `dout`, the probabilities and
+/// `dS` rounded to 11 significant bits, about 5e-4 relative each) with f32 accumulation.
 pub const CMMA_TOL: Tolerance = Tolerance {
     abs: 5e-3,
     rel: 1e-2,
@@ -496,10 +495,10 @@ pub fn extension_checks(device: &Device) -> Vec<Check> {
 
 /// Groups `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split`,
 /// `kernel tiled-staged`, `kernel cmma`, `kernel cmma-wide`
-/// (their forward on tensor cores where the device has them, cases marked `[tensor cores]`, and
-/// the same kernel emulated where it has not ([`crate::kernels::cube::cmma_emulated`]: lavapipe), cases marked
-/// `[tensor cores emulated]`, both checked within [`CMMA_TOL`]; shapes the tensor-core kernel
-/// does not take run the tiled forward, within [`ATTENTION_TOL`]): the CubeCL
+/// (their tensor-core kernels on tensor cores where the device has them, cases marked
+/// `[tensor cores]`, and emulated where it has not ([`crate::kernels::cube::cmma_emulated`]:
+/// lavapipe), cases marked `[tensor cores emulated]`, both checked within [`CMMA_TOL`]; shapes
+/// the tensor-core kernels do not take run the tiled ones, within [`ATTENTION_TOL`]): the CubeCL
 /// forward and backward called directly with each launch layout, on a `wgpu` or `cuda` `device`
 /// (plain), every case at every shape (module docs).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
@@ -557,8 +556,8 @@ pub fn cube_kernel_checks_for(device: &Device, layouts: &[&str]) -> Vec<Check> {
                 .qkvg
                 .each_ref()
                 .map(|x| cube::host_to_cube(x, shape, device));
-            // The tensor-core forward (f16 operands) is checked at its own tolerance, and its
-            // cases are marked so the output says where it ran.
+            // The tensor-core kernels (f16 operands) are checked at their own tolerance, and
+            // their cases are marked so the output says where and how they ran.
             let tensor_cores = cube::cmma_applies(&q, &params);
             let emulated = cube::cmma_emulated(&q, &params);
             let (out, lse) = cube::forward(q.clone(), k.clone(), v.clone(), &params);

@@ -1030,7 +1030,6 @@ mod kernels {
                         // The same 16×16 tile without tensor cores: unit `lane` of the plane
                         // computes entries `s·32 + lane` (row `/16`, key `%16`) from the f16
                         // operands, accumulating in f32 (the `cmma` chain's contract).
-                        #[unroll(!emulate)]
                         for s in 0..8usize {
                             let e = s * 32usize + lane;
                             let qo = qb + (e / 16usize) * w;
@@ -1127,13 +1126,11 @@ mod kernels {
                 if seen {
                     // Without tensor cores: unit `lane` computes entries `s·32 + lane` of the plane's
                     // 16 × d tile `P V` (row `/d`, column `%d`) from the f16 operands.
-                    #[unroll(!emulate)]
                     for s in 0..comptime!(d / 2) {
                         let e = s * 32usize + lane;
                         let po = pb + (e / d) * 16usize;
                         let col = e % d;
                         let mut x = 0.0f32;
-                        #[unroll(!emulate)]
                         for kk in 0..16usize {
                             x += f32::cast_from(ps[po + kk]) * f32::cast_from(vs[kk * d + col]);
                         }
@@ -1350,7 +1347,6 @@ mod kernels {
             // (B: the key rows read as a column-major [w, 16] / [d, 16] matrix).
             if emulate {
                 if seen {
-                    #[unroll(!emulate)]
                     for s in 0..8usize {
                         let e = s * 32usize + lane;
                         let qo = qb + (e / 16usize) * w;
@@ -1489,7 +1485,6 @@ mod kernels {
             // dS K̃ (16 × w, row-major) into gs[qb..].
             if emulate {
                 if seen {
-                    #[unroll(!emulate)]
                     for s in 0..comptime!(w / 2) {
                         let e = s * 32usize + lane;
                         let col = e % w;
@@ -1500,7 +1495,6 @@ mod kernels {
                             }
                         }
                         let mut x = 0.0f32;
-                        #[unroll(!emulate)]
                         for kk in 0..16usize {
                             x += f32::cast_from(dss[so + kk]) * f32::cast_from(ks[kk * w + col]);
                         }
@@ -1708,7 +1702,6 @@ mod kernels {
             // Sᵀ = K̃ Q̃ᵀ into sc[sb..sb + 256], dPᵀ = V dOᵀ into sc[sb + 256..sb + 512].
             if emulate {
                 if seen {
-                    #[unroll(!emulate)]
                     for s in 0..8usize {
                         let e = s * 32usize + lane;
                         let ko = kb + (e / 16usize) * w;
@@ -1850,19 +1843,16 @@ mod kernels {
             // Pᵀ dO (16 × d) into gv[vb..], dSᵀ Q̃ (16 × w) into gk[kb..], row-major.
             if emulate {
                 if seen {
-                    #[unroll(!emulate)]
                     for s in 0..comptime!(d / 2) {
                         let e = s * 32usize + lane;
                         let so = pb + (e / d) * 16usize;
                         let col = e % d;
                         let mut x = 0.0f32;
-                        #[unroll(!emulate)]
                         for kk in 0..16usize {
                             x += f32::cast_from(pss[so + kk]) * f32::cast_from(dos[kk * d + col]);
                         }
                         gv[vb + e] = x;
                     }
-                    #[unroll(!emulate)]
                     for s in 0..comptime!(w / 2) {
                         let e = s * 32usize + lane;
                         let col = e % w;
@@ -1873,7 +1863,6 @@ mod kernels {
                             }
                         }
                         let mut x = 0.0f32;
-                        #[unroll(!emulate)]
                         for kk in 0..16usize {
                             x += f32::cast_from(dss[so + kk]) * f32::cast_from(qs[kk * w + col]);
                         }
