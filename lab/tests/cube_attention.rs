@@ -48,9 +48,9 @@ fn cube_backend_extension_matches_reference() {
 /// tiles; tiled with the key-side backward split into a `dv` and a `dk` launch; tiled with the
 /// backward's own rows staged in shared memory (16-row tiles on lavapipe's 32 KiB); `cmma` and
 /// `cmma-wide`, whose tensor-core kernel lavapipe, without cooperative matrices, runs emulated):
-/// every encoding case at every shape. The emulated tensor-core forward ran exactly where its
-/// shapes fit: head_dim 32, the nine dot-product cases and TAPA's two quadratic-phase ones
-/// (amplitude part 16 wide), not TAPA's linear phase nor head_dim 8.
+/// every encoding case at every shape. The emulated tensor-core kernels ran exactly where their
+/// shapes fit: head_dim 32, the nine dot-product cases and TAPA's three (amplitude part 16
+/// wide), not head_dim 8.
 #[test]
 fn cube_kernels_match_reference_for_every_strategy() {
     let checks = selfcheck::cube_kernel_checks(&wgpu());
@@ -60,18 +60,16 @@ fn cube_kernels_match_reference_for_every_strategy() {
             .filter(|c| c.group == group && c.case.ends_with("[tensor cores emulated]"))
             .map(|c| c.case.as_str())
             .collect();
-        assert_eq!(emulated.len(), 11, "{group}: {emulated:?}");
+        assert_eq!(emulated.len(), 12, "{group}: {emulated:?}");
         assert!(
-            emulated
-                .iter()
-                .all(|c| c.contains("×33×32") && !c.contains("linear")),
+            emulated.iter().all(|c| c.contains("×33×32")),
             "{group}: {emulated:?}"
         );
         let marked = checks
             .iter()
             .filter(|c| c.group == group && c.case.contains("[tensor cores"))
             .count();
-        assert_eq!(marked, 11 * 4 + 1, "{group}: out, dq, dk, dv and PoPE's dδ");
+        assert_eq!(marked, 12 * 4 + 1, "{group}: out, dq, dk, dv and PoPE's dδ");
     }
     assert_all_pass(checks, 7 * (12 * 3 * 4 + 3), "kernels");
 }
@@ -116,9 +114,8 @@ fn cube_hand_computed_lse() {
 /// The CUDA C++ of every kernel, for an H100/H200 (sm 90), generated without a GPU (feature
 /// `cuda-source`; `lab bench cuda-source`, `make cuda-ptxas` compiles it further with NVRTC):
 /// every encoding and layout at head_dim 64 compiles; the `cmma` layouts emit `wmma` tensor-core
-/// code for the forward of the encodings whose scores are dot products and TAPA's quadratic
-/// phase, forward and backward (the tiled kernels for TAPA's linear phase); `tiled-split`
-/// launches two key-side kernels where `tiled` launches one.
+/// code, forward and backward, for every encoding (TAPA's amplitude part; its quadratic phase's
+/// product too); `tiled-split` launches two key-side kernels where `tiled` launches one.
 #[cfg(feature = "cuda-source")]
 #[test]
 fn cuda_sources_for_sm90_cover_every_kernel() {
@@ -144,7 +141,7 @@ fn cuda_sources_for_sm90_cover_every_kernel() {
             let kernels = used_by(&label);
             let names: Vec<&str> = kernels.iter().map(|k| k.kernel).collect();
             let count = |name: &str| names.iter().filter(|n| **n == name).count();
-            let cmma = strategy.starts_with("cmma") && enc != "tapa-linear";
+            let cmma = strategy.starts_with("cmma");
             assert_eq!(
                 count("attn_fwd_cmma"),
                 usize::from(cmma),

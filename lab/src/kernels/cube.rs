@@ -29,7 +29,8 @@
 //!   (`q̃_i`, `dout_i` for `dq`; `k̃_j`, `v_j` for `dk`, `dv`) in shared memory instead of
 //!   registers, so that only the gradient accumulators take registers.
 //! - [`CubeStrategy::Cmma`]: the forward on tensor cores (`cmma`, f16 operands, f32
-//!   accumulation) for the dot-product encodings and TAPA's quadratic phase, forward and
+//!   accumulation) for the dot-product encodings and TAPA (its amplitude part; the quadratic
+//!   phase's product too), forward and
 //!   backward (`attn_fwd_cmma`, `attn_bwd_dq_cmma`, `attn_bwd_dkdv_cmma`); on devices
 //!   without tensor cores (lavapipe) the same kernels run emulated ([`cmma_emulated`]), and
 //!   shapes they do not take run `Tiled`;
@@ -153,8 +154,8 @@ pub enum CubeStrategy {
     },
     /// The forward on tensor cores (`cmma` 16×16×16, f16 operands, f32 accumulation; the
     /// `attn_fwd_cmma` kernel) where it applies ([`cmma_applies`]: a device with that `cmma`
-    /// form and 32-unit planes, a dot-product encoding or TAPA with the quadratic phase, `W`,
-    /// `head_dim` and TAPA's `amp_dim` multiples of 16),
+    /// form and 32-unit planes, a dot-product encoding or TAPA, `W`, `head_dim` and TAPA's
+    /// `amp_dim` multiples of 16),
     /// [`CubeStrategy::Tiled`]'s forward elsewhere. The backward on tensor cores too, where the
     /// forward is (`attn_bwd_dq_cmma`, `attn_bwd_dkdv_cmma`: FlashAttention-2's backward with
     /// 16×16 tiles, `dS` and `P` rounded to f16); `Tiled`'s elsewhere. On a
@@ -903,20 +904,22 @@ mod kernels {
     }
 
     /// Forward on tensor cores: the contract of [`attn_fwd`] for the dot-product encodings
-    /// (NoPE, RoPE, PoPE on `q̃`, `k̃`) and for TAPA with the quadratic phase. `cmma` 16×16×16
+    /// (NoPE, RoPE, PoPE on `q̃`, `k̃`) and for TAPA. `cmma` 16×16×16
     /// with f16 operands and f32 accumulation (FlashAttention-2, Alg. 1, with WMMA-style
     /// fragments). A cube holds `planes` planes of 32 units, plane `p` owning the 16 query rows
     /// `i0 + 16p ..`; per key tile of 16 (loaded once per cube, f32 → f16), each plane that sees
     /// the tile computes `S = Q̃ K̃ᵀ` over `w/16` steps — for TAPA two products, the amplitude
-    /// `Q_A K_Aᵀ` over the first `amp/16` steps and the phase `Q_P K_Pᵀ` over the rest, combined
+    /// `Q_A K_Aᵀ` over the first `amp/16` steps and the phase `Q_P K_Pᵀ` over the rest (the
+    /// linear phase: `Σ q_P + Σ k_P` from row sums in f32, the amplitude product alone), combined
     /// per entry as in [`score`] — then the online softmax by one unit per query row on the scores
     /// staged in shared memory, `P` rounded to f16, then `P V` per 16 output columns into shared
     /// memory, from which each unit rescales its 16·d/32 entries of the output tile in registers
     /// (fragments cannot be rescaled per row in place). Launch: cube count
     /// `(ceil(seq/(16·planes)), batch·heads, 1)`, cube dim `32·planes` (every unit of a plane
     /// takes part in its `cmma` calls); `w`, `d` and (TAPA) `amp` multiples of 16. Shared memory
-    /// `(32·planes + 32)·w + (32 + 64·planes)·d + 1600·planes` bytes, `1024·planes` more for TAPA
-    /// (PoPE at d 64: 15.6 KiB with one plane, 44 KiB with four).
+    /// `(32·planes + 32)·w + (32 + 64·planes)·d + 1600·planes` bytes, `1024·planes` more for TAPA's
+    /// quadratic phase, `64·planes + 64` for its linear phase (PoPE at d 64: 15.6 KiB with one
+    /// plane, 44 KiB with four).
     #[cube(launch, create_dummy_kernel)]
     pub fn attn_fwd_cmma(
         q: &[f32],
@@ -933,6 +936,7 @@ mod kernels {
         #[comptime] d: usize,
         #[comptime] tapa: bool,
         #[comptime] amp: usize,
+        #[comptime] linear: bool,
         #[comptime] planes: usize,
         #[comptime] emulate: bool,
     ) {
@@ -947,16 +951,18 @@ mod kernels {
         let base = CUBE_POS_Y as usize * l;
         let i0 = block * comptime!(16 * planes);
         let ip = i0 + pl * 16usize;
-        let sc_per = comptime!(if tapa { 512usize } else { 256usize });
+        // TAPA's quadratic phase is a second product; its linear phase is a sum of row sums.
+        let two = comptime!(tapa && !linear);
+        let sc_per = comptime!(if two { 512usize } else { 256usize });
         let mut qs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * planes * w), 32usize);
         let mut ks = Shared::<[f16]>::new_aligned_slice(comptime!(16 * w), 32usize);
         let mut vs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * d), 32usize);
         let mut ps = Shared::<[f16]>::new_aligned_slice(comptime!(256 * planes), 32usize);
         // Each plane's scores of a key tile; TAPA's phase products after them.
-        let mut sc = Shared::<[f32]>::new_aligned_slice(
-            comptime!(planes * if tapa { 512usize } else { 256usize }),
-            32usize,
-        );
+        let mut sc = Shared::<[f32]>::new_aligned_slice(comptime!(planes * sc_per), 32usize);
+        // TAPA's linear phase: `Σ q_P` of each plane's rows, then `Σ k_P` of the key tile's.
+        let mut psum =
+            Shared::<[f32]>::new_slice(comptime!(if linear { 16 * planes + 16 } else { 1 }));
         let mut pv = Shared::<[f32]>::new_aligned_slice(comptime!(16 * planes * d), 32usize);
         // The plane's output tile, 16 × d, held by its 32 units: unit `lane` owns entries
         // `s·32 + lane` (row `(s·32 + lane) / d`), so it never leaves registers.
@@ -981,6 +987,16 @@ mod kernels {
         #[unroll(!emulate)]
         for s in 0..comptime!(d / 2) {
             os[s] = 0.0f32;
+        }
+        if linear {
+            if lane < 16 {
+                let i = ip + lane;
+                let mut x = 0.0f32;
+                if i < l {
+                    x += sum_range(q, (base + i) * w, amp, w);
+                }
+                psum[cb + lane] = x;
+            }
         }
         let mut m = 0.0f32;
         m -= 1.0e30f32;
@@ -1012,6 +1028,16 @@ mod kernels {
                 }
                 vs[e] = f16::cast_from(x);
             }
+            if linear {
+                if t < 16 {
+                    let j = j0 + t;
+                    let mut x = 0.0f32;
+                    if j < l {
+                        x += sum_range(k, (base + j) * w, amp, w);
+                    }
+                    psum[comptime!(16 * planes) + t] = x;
+                }
+            }
             sync_cube();
             // `seen` is uniform over a plane: its `cmma` calls are taken by all its units or none.
             let seen = tile <= plane_last;
@@ -1021,7 +1047,7 @@ mod kernels {
             // (0..amp/16) into `sc[0..256]` and the phase's (amp/16..w/16) into `sc[256..512]`.
             if seen {
                 let split = comptime!(if tapa { amp / 16 } else { w / 16 });
-                let chains = comptime!(if tapa { 2usize } else { 1usize });
+                let chains = comptime!(if two { 2usize } else { 1usize });
                 #[unroll(!emulate)]
                 for ch in 0..chains {
                     let lo = ch * split;
@@ -1091,13 +1117,13 @@ mod kernels {
                         let e = sb + lane * 16 + jj;
                         let mut s_ij = 0.0f32;
                         if tapa {
-                            s_ij += tapa_score(
-                                sc[e] * inv_sqrt_a,
-                                sc[e + 256] * inv_sqrt_p,
-                                i,
-                                j,
-                                alpha,
-                            );
+                            let mut phase = 0.0f32;
+                            if linear {
+                                phase += psum[cb + lane] + psum[comptime!(16 * planes) + jj];
+                            } else {
+                                phase += sc[e + 256];
+                            }
+                            s_ij += tapa_score(sc[e] * inv_sqrt_a, phase * inv_sqrt_p, i, j, alpha);
                         } else {
                             s_ij += sc[e] * scale;
                         }
@@ -1209,8 +1235,8 @@ mod kernels {
     }
 
     /// Backward for `dq̃` on tensor cores, for the dot-product encodings (NoPE, RoPE, PoPE on `q̃`,
-    /// `k̃`) and TAPA with the quadratic phase: the contract of [`attn_bwd_dq_tiled`] (writes `dq̃ [rows, w]` from the forward's
-    /// `lse` and `delta = rowsum(dout ⊙ out)`), as FlashAttention-2's backward (Alg. 2) splits
+    /// `k̃`) and TAPA: the contract of [`attn_bwd_dq_tiled`] (writes `dq̃ [rows, w]` from the
+    /// forward's `lse` and `delta = rowsum(dout ⊙ out)`), as FlashAttention-2's backward (Alg. 2) splits
     /// it, query side: plane `p` of the cube owns the 16 query rows `i0 + 16p ..`; per key tile
     /// of 16 (loaded once per cube, f32 → f16) each plane that sees it computes
     /// `S = Q̃ K̃ᵀ` (`w/16` `cmma` steps) and `dP = dO Vᵀ` (`d/16`), then per entry
@@ -1223,8 +1249,10 @@ mod kernels {
     /// f32 accumulation. `emulate`: each product computed by the plane's units from the same
     /// f16 operands (devices without tensor cores; [`super::cmma_emulated`]). Launch: cube count
     /// `(ceil(seq/(16·planes)), batch·heads, 1)`, cube dim `32·planes`; `w`, `d` multiples of
-    /// 16 (TAPA: `amp` too). Shared memory [`super::cmma_bwd_shared_bytes`]`(w, d, tapa,
-    /// planes).0`.
+    /// 16 (TAPA: `amp` too). TAPA's linear phase: the amplitude product only; the phase
+    /// columns of `dq̃` get the row sums of `dS·∂s/∂P` (the phase is a sum of row sums, its
+    /// derivative the same for every phase column). Shared memory
+    /// [`super::cmma_bwd_shared_bytes`]`(w, d, tapa, planes).0`.
     #[cube(launch, create_dummy_kernel)]
     pub fn attn_bwd_dq_cmma(
         q: &[f32],
@@ -1243,6 +1271,7 @@ mod kernels {
         #[comptime] d: usize,
         #[comptime] tapa: bool,
         #[comptime] amp: usize,
+        #[comptime] linear: bool,
         #[comptime] planes: usize,
         #[comptime] emulate: bool,
     ) {
@@ -1260,12 +1289,20 @@ mod kernels {
         let mut ks = Shared::<[f16]>::new_aligned_slice(comptime!(16 * w), 32usize);
         let mut vs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * d), 32usize);
         // Each plane's dS (TAPA: the amplitude's, then the phase's).
-        let ds_per = comptime!(if tapa { 512usize } else { 256usize });
+        // TAPA's quadratic phase is a second product; its linear phase a sum of row sums.
+        let two = comptime!(tapa && !linear);
+        let ds_per = comptime!(if two { 512usize } else { 256usize });
         let mut dss = Shared::<[f16]>::new_aligned_slice(comptime!(planes * ds_per), 32usize);
         // Each plane's S (first 256; TAPA: the amplitude's, then the phase's) and dP (last 256)
         // of a key tile.
         let sc_per = comptime!(ds_per + 256usize);
         let mut sc = Shared::<[f32]>::new_aligned_slice(comptime!(planes * sc_per), 32usize);
+        // TAPA's linear phase: `Σ q_P` of each plane's rows (at the end, the phase columns of
+        // their `dq`), then `Σ k_P` of the key tile's.
+        let mut psum =
+            Shared::<[f32]>::new_slice(comptime!(if linear { 16 * planes + 16 } else { 1 }));
+        // TAPA's linear phase: unit `lane < 16`'s running `Σ_j ∂s_ij/∂P · dS_ij` of row `lane`.
+        let mut gsum = 0.0f32;
         // Each plane's product dS K̃ of a key tile, 16 × w row-major.
         let mut gs = Shared::<[f32]>::new_aligned_slice(comptime!(16 * planes * w), 32usize);
         // Each plane's lse (first 16) and Δ (next 16) of its rows.
@@ -1307,6 +1344,13 @@ mod kernels {
             }
             stat[tb + lane] = lse_i;
             stat[tb + 16usize + lane] = delta_i;
+            if linear {
+                let mut x = 0.0f32;
+                if i < l {
+                    x += sum_range(q, (base + i) * w, amp, w);
+                }
+                psum[pl * 16usize + lane] = x;
+            }
         }
         #[unroll(!emulate)]
         for s in 0..comptime!(w / 2) {
@@ -1338,11 +1382,21 @@ mod kernels {
                 }
                 vs[e] = f16::cast_from(x);
             }
+            if linear {
+                if t < 16 {
+                    let j = j0 + t;
+                    let mut x = 0.0f32;
+                    if j < l {
+                        x += sum_range(k, (base + j) * w, amp, w);
+                    }
+                    psum[comptime!(16 * planes) + t] = x;
+                }
+            }
             sync_cube();
             // Uniform over a plane: its `cmma` calls are taken by all its units or none.
             let seen = tile <= plane_last;
             let split = comptime!(if tapa { amp / 16 } else { w / 16 });
-            let chains = comptime!(if tapa { 2usize } else { 1usize });
+            let chains = comptime!(if two { 2usize } else { 1usize });
             // S = Q̃ K̃ᵀ into sc[sb..sb + 256], dP = dO Vᵀ into sc[sb + 256..sb + 512]
             // (B: the key rows read as a column-major [w, 16] / [d, 16] matrix).
             if emulate {
@@ -1466,7 +1520,14 @@ mod kernels {
                             // ∂s/∂A = cos φ, ∂s/∂P = −A sin φ · 2π|i − j|^α ([`add_score_grad`]).
                             let a_ij = sc[sb + e] * inv_sqrt_a;
                             let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
-                            let phi = two_pi_dist * sc[sb + 256usize + e] * inv_sqrt_p;
+                            let mut phase = 0.0f32;
+                            if linear {
+                                phase += psum[pl * 16usize + r]
+                                    + psum[comptime!(16 * planes) + e % 16usize];
+                            } else {
+                                phase += sc[sb + 256usize + e];
+                            }
+                            let phi = two_pi_dist * phase * inv_sqrt_p;
                             let cos_phi = f32::cos(phi);
                             let g = f32::exp(a_ij * cos_phi - stat[tb + r]) * dp;
                             ds += g * cos_phi * inv_sqrt_a;
@@ -1476,8 +1537,13 @@ mod kernels {
                         }
                     }
                     dss[pb + e] = f16::cast_from(ds);
-                    if tapa {
+                    if two {
                         dss[pb + 256usize + e] = f16::cast_from(ds_p);
+                    }
+                    if linear {
+                        // The amplitude product was read above; the slot now holds the phase's
+                        // term, summed per row below.
+                        sc[sb + e] = ds_p;
                     }
                 }
             }
@@ -1489,13 +1555,20 @@ mod kernels {
                         let e = s * 32usize + lane;
                         let col = e % w;
                         let mut so = pb + (e / w) * 16usize;
-                        if tapa {
+                        if two {
                             if col >= amp {
                                 so += 256usize;
                             }
                         }
                         let mut x = 0.0f32;
-                        for kk in 0..16usize {
+                        // TAPA's linear phase: no product for the phase columns.
+                        let mut hi = 16usize;
+                        if linear {
+                            if col >= amp {
+                                hi = 0usize;
+                            }
+                        }
+                        for kk in 0..hi {
                             x += f32::cast_from(dss[so + kk]) * f32::cast_from(ks[kk * w + col]);
                         }
                         gs[qb + e] = x;
@@ -1512,10 +1585,11 @@ mod kernels {
                         &dss[pb..pb + 256usize],
                         16u32,
                     );
+                    // TAPA's linear phase: the amplitude columns only.
                     #[unroll(!emulate)]
-                    for c in 0..comptime!(w / 16) {
+                    for c in 0..comptime!(if linear { amp / 16 } else { w / 16 }) {
                         // TAPA: the phase's dS for the phase columns (from `amp` on).
-                        if tapa {
+                        if two {
                             if comptime!(amp / 16) == c {
                                 cmma::load(&mut a, &dss[pb + 256usize..pb + 512usize], 16u32);
                             }
@@ -1554,20 +1628,42 @@ mod kernels {
                 for s in 0..comptime!(w / 2) {
                     acc[s] += gs[qb + s * 32usize + lane];
                 }
+                if linear {
+                    if lane < 16 {
+                        for jj in 0..16usize {
+                            gsum += sc[sb + lane * 16usize + jj];
+                        }
+                    }
+                }
             }
+        }
+        // TAPA's linear phase: every phase column of row i gets `Σ_j ∂s_ij/∂P · dS_ij`; the
+        // plane's row sums of `q_P` are no longer read, so their slots take it.
+        if linear {
+            if lane < 16 {
+                psum[pl * 16usize + lane] = gsum;
+            }
+            sync_cube();
         }
         #[unroll(!emulate)]
         for s in 0..comptime!(w / 2) {
             let e = s * 32usize + lane;
             let i = ip + e / w;
             if i < l {
-                dq[(base + i) * w + e % w] = acc[s];
+                let mut x = acc[s];
+                if linear {
+                    if e % w >= amp {
+                        x = psum[pl * 16usize + e / w];
+                    }
+                }
+                dq[(base + i) * w + e % w] = x;
             }
         }
     }
 
-    /// Backward for `dk̃` and `dv` on tensor cores, for the dot-product encodings and TAPA's
-    /// quadratic phase (two `dS` tiles, as in [`attn_bwd_dq_cmma`]): the contract of
+    /// Backward for `dk̃` and `dv` on tensor cores, for the dot-product encodings and TAPA (two
+    /// `dS` tiles for the quadratic phase, row sums for the linear one, as in
+    /// [`attn_bwd_dq_cmma`]): the contract of
     /// [`attn_bwd_dkdv_tiled`] (writes `dk̃ [rows, w]`, `dv [rows, d]`), FlashAttention-2's
     /// backward (Alg. 2), key side: plane `p` of the cube owns the 16 keys `j0 + 16p ..` (their
     /// `k̃`, `v` in shared memory as f16 for the whole kernel); per query tile of 16 from the
@@ -1597,6 +1693,7 @@ mod kernels {
         #[comptime] d: usize,
         #[comptime] tapa: bool,
         #[comptime] amp: usize,
+        #[comptime] linear: bool,
         #[comptime] planes: usize,
         #[comptime] emulate: bool,
     ) {
@@ -1615,12 +1712,20 @@ mod kernels {
         let mut dos = Shared::<[f16]>::new_aligned_slice(comptime!(16 * d), 32usize);
         let mut pss = Shared::<[f16]>::new_aligned_slice(comptime!(256 * planes), 32usize);
         // Each plane's dSᵀ (TAPA: the amplitude's, then the phase's).
-        let ds_per = comptime!(if tapa { 512usize } else { 256usize });
+        // TAPA's quadratic phase is a second product; its linear phase a sum of row sums.
+        let two = comptime!(tapa && !linear);
+        let ds_per = comptime!(if two { 512usize } else { 256usize });
         let mut dss = Shared::<[f16]>::new_aligned_slice(comptime!(planes * ds_per), 32usize);
         // Each plane's Sᵀ (first 256; TAPA: the amplitude's, then the phase's) and dPᵀ (last
         // 256) of a query tile.
         let sc_per = comptime!(ds_per + 256usize);
         let mut sc = Shared::<[f32]>::new_aligned_slice(comptime!(planes * sc_per), 32usize);
+        // TAPA's linear phase: `Σ q_P` of the query tile's rows, then `Σ k_P` of each plane's
+        // keys (at the end, the phase columns of their `dk`).
+        let mut psum =
+            Shared::<[f32]>::new_slice(comptime!(if linear { 16 * planes + 16 } else { 1 }));
+        // TAPA's linear phase: unit `lane < 16`'s running `Σ_i ∂s_ij/∂P · dS_ij` of key `lane`.
+        let mut gsum = 0.0f32;
         // Each plane's products Pᵀ dO (16 × d) and dSᵀ Q̃ (16 × w) of a query tile.
         let mut gv = Shared::<[f32]>::new_aligned_slice(comptime!(16 * planes * d), 32usize);
         let mut gk = Shared::<[f32]>::new_aligned_slice(comptime!(16 * planes * w), 32usize);
@@ -1658,6 +1763,16 @@ mod kernels {
         }
         let stride_w = comptime!(w as u32);
         let stride_d = comptime!(d as u32);
+        if linear {
+            if lane < 16 {
+                let j = jp + lane;
+                let mut x = 0.0f32;
+                if j < l {
+                    x += sum_range(k, (base + j) * w, amp, w);
+                }
+                psum[16usize + pl * 16usize + lane] = x;
+            }
+        }
         let first_tile = block * planes;
         let plane_first = block * planes + pl;
         let tiles = (l + 15usize) / 16usize;
@@ -1693,12 +1808,19 @@ mod kernels {
                 }
                 stat[t] = lse_i;
                 stat[16usize + t] = delta_i;
+                if linear {
+                    let mut x = 0.0f32;
+                    if i < l {
+                        x += sum_range(q, (base + i) * w, amp, w);
+                    }
+                    psum[t] = x;
+                }
             }
             sync_cube();
             // Uniform over a plane: the tile holds a row at or after the plane's first key.
             let seen = tile >= plane_first;
             let split = comptime!(if tapa { amp / 16 } else { w / 16 });
-            let chains = comptime!(if tapa { 2usize } else { 1usize });
+            let chains = comptime!(if two { 2usize } else { 1usize });
             // Sᵀ = K̃ Q̃ᵀ into sc[sb..sb + 256], dPᵀ = V dOᵀ into sc[sb + 256..sb + 512].
             if emulate {
                 if seen {
@@ -1822,7 +1944,13 @@ mod kernels {
                             // ∂s/∂A = cos φ, ∂s/∂P = −A sin φ · 2π|i − j|^α ([`add_score_grad`]).
                             let a_ij = sc[sb + e] * inv_sqrt_a;
                             let two_pi_dist = 6.283_185_307_179_586f32 * dist_pow(i, j, alpha);
-                            let phi = two_pi_dist * sc[sb + 256usize + e] * inv_sqrt_p;
+                            let mut phase = 0.0f32;
+                            if linear {
+                                phase += psum[c] + psum[16usize + pl * 16usize + e / 16usize];
+                            } else {
+                                phase += sc[sb + 256usize + e];
+                            }
+                            let phi = two_pi_dist * phase * inv_sqrt_p;
                             let cos_phi = f32::cos(phi);
                             p += f32::exp(a_ij * cos_phi - stat[c]);
                             ds += p * dp * cos_phi * inv_sqrt_a;
@@ -1834,8 +1962,13 @@ mod kernels {
                     }
                     pss[pb + e] = f16::cast_from(p);
                     dss[gb + e] = f16::cast_from(ds);
-                    if tapa {
+                    if two {
                         dss[gb + 256usize + e] = f16::cast_from(ds_p);
+                    }
+                    if linear {
+                        // The amplitude product was read above; the slot now holds the phase's
+                        // term, summed per key below.
+                        sc[sb + e] = ds_p;
                     }
                 }
             }
@@ -1857,13 +1990,20 @@ mod kernels {
                         let e = s * 32usize + lane;
                         let col = e % w;
                         let mut so = gb + (e / w) * 16usize;
-                        if tapa {
+                        if two {
                             if col >= amp {
                                 so += 256usize;
                             }
                         }
                         let mut x = 0.0f32;
-                        for kk in 0..16usize {
+                        // TAPA's linear phase: no product for the phase columns.
+                        let mut hi = 16usize;
+                        if linear {
+                            if col >= amp {
+                                hi = 0usize;
+                            }
+                        }
+                        for kk in 0..hi {
                             x += f32::cast_from(dss[so + kk]) * f32::cast_from(qs[kk * w + col]);
                         }
                         gk[kb + e] = x;
@@ -1916,10 +2056,11 @@ mod kernels {
                         &dss[gb..gb + 256usize],
                         16u32,
                     );
+                    // TAPA's linear phase: the amplitude columns only.
                     #[unroll(!emulate)]
-                    for c in 0..comptime!(w / 16) {
+                    for c in 0..comptime!(if linear { amp / 16 } else { w / 16 }) {
                         // TAPA: the phase's dSᵀ for the phase columns (from `amp` on).
-                        if tapa {
+                        if two {
                             if comptime!(amp / 16) == c {
                                 cmma::load(&mut ads, &dss[gb + 256usize..gb + 512usize], 16u32);
                             }
@@ -1963,7 +2104,22 @@ mod kernels {
                 for s in 0..comptime!(w / 2) {
                     acc_k[s] += gk[kb + s * 32usize + lane];
                 }
+                if linear {
+                    if lane < 16 {
+                        for c in 0..16usize {
+                            gsum += sc[sb + lane * 16usize + c];
+                        }
+                    }
+                }
             }
+        }
+        // TAPA's linear phase: every phase column of key j gets `Σ_i ∂s_ij/∂P · dS_ij`; the
+        // plane's key sums of `k_P` are no longer read, so their slots take it.
+        if linear {
+            if lane < 16 {
+                psum[16usize + pl * 16usize + lane] = gsum;
+            }
+            sync_cube();
         }
         #[unroll(!emulate)]
         for s in 0..comptime!(d / 2) {
@@ -1978,7 +2134,13 @@ mod kernels {
             let e = s * 32usize + lane;
             let j = jp + e / w;
             if j < l {
-                dk[(base + j) * w + e % w] = acc_k[s];
+                let mut x = acc_k[s];
+                if linear {
+                    if e % w >= amp {
+                        x = psum[16usize + pl * 16usize + e / w];
+                    }
+                }
+                dk[(base + j) * w + e % w] = x;
             }
         }
     }
@@ -2767,8 +2929,8 @@ pub fn cmma_supported_by(props: &cubecl::ir::DeviceProperties) -> bool {
 
 /// Whether [`forward`] with `params` on `q`'s device and shape `[batch, heads, seq, head_dim]`
 /// runs on tensor cores (`CubeStrategy::Cmma` where [`cmma_supported`], for a dot-product
-/// encoding or TAPA with the quadratic phase, with `W`, `head_dim` and TAPA's `amp_dim`
-/// multiples of 16); false means a scalar f32 layout ran.
+/// encoding or TAPA, with `W`, `head_dim` and TAPA's `amp_dim` multiples of 16); false means a
+/// scalar f32 layout ran.
 pub fn cmma_applies(q: &CubeTensor, params: &CubeAttentionParams) -> bool {
     let plan = Plan::new(dims4(q), &params.encoding);
     uses_cmma(&q.client, &params.strategy, &plan)
@@ -2834,11 +2996,22 @@ fn uses_cmma(client: &cubecl::client::Client, strategy: &CubeStrategy, plan: &Pl
 
 /// Shared memory of the tensor-core backward kernels with `planes` planes per cube, bytes:
 /// `(attn_bwd_dq_cmma, attn_bwd_dkdv_cmma)` (f16 operand tiles, f32 score and product tiles;
-/// `w` the transformed row width, `d` the head dim; TAPA holds a second score tile and a second
-/// `dS` tile per plane).
-pub fn cmma_bwd_shared_bytes(w: usize, d: usize, tapa: bool, planes: usize) -> (usize, usize) {
+/// `w` the transformed row width, `d` the head dim; `tapa` is `Some(linear_phase)` for TAPA,
+/// whose quadratic phase holds a second score tile and a second `dS` tile per plane, and whose
+/// linear phase holds the rows' phase sums).
+pub fn cmma_bwd_shared_bytes(
+    w: usize,
+    d: usize,
+    tapa: Option<bool>,
+    planes: usize,
+) -> (usize, usize) {
     let p = planes;
-    let tapa_extra = if tapa { 1536 * p } else { 0 };
+    // The phase sums' slot (one float unless TAPA's linear phase), padded to 32 bytes.
+    let tapa_extra = match tapa {
+        Some(false) => 1536 * p + 32,
+        Some(true) => (4 * (16 * p + 16)).next_multiple_of(32),
+        None => 32,
+    };
     let dq = 32 * p * w + 32 * p * d + 32 * w + 32 * d + 512 * p + 2048 * p + 64 * p * w + 128 * p;
     let dkdv =
         32 * p * w + 32 * p * d + 32 * w + 32 * d + 1024 * p + 2048 * p + 64 * p * (w + d) + 128;
@@ -2856,7 +3029,8 @@ fn cmma_bwd_planes(strategy: &CubeStrategy, plan: &Plan, max_shared: usize) -> u
     [CMMA_WIDE_PLANES, 2, 1]
         .into_iter()
         .find(|&p| {
-            let (dq, dkdv) = cmma_bwd_shared_bytes(plan.w, plan.head_dim, plan.tapa, p);
+            let tapa = plan.tapa.then_some(plan.linear);
+            let (dq, dkdv) = cmma_bwd_shared_bytes(plan.w, plan.head_dim, tapa, p);
             dq.max(dkdv) <= budget
         })
         .unwrap_or(1)
@@ -2864,13 +3038,13 @@ fn cmma_bwd_planes(strategy: &CubeStrategy, plan: &Plan, max_shared: usize) -> u
 
 /// Whether `attn_fwd_cmma` takes an encoding of these shapes: `w` (the transformed row width:
 /// `head_dim`, or `2·head_dim` for PoPE) and `head_dim` multiples of 16; for TAPA (`tapa =
-/// Some((amp_dim, linear_phase))`) the quadratic phase with `amp_dim` a multiple of 16 (the
-/// linear phase has no phase product to put on tensor cores). The device is not consulted
-/// ([`cmma_supported`]).
+/// Some((amp_dim, linear_phase))`) `amp_dim` a multiple of 16 too (the amplitude product on
+/// tensor cores; the quadratic phase's product as well, the linear phase's row sums in f32).
+/// The device is not consulted ([`cmma_supported`]).
 pub fn cmma_shapes_fit(w: usize, head_dim: usize, tapa: Option<(usize, bool)>) -> bool {
     let tapa_fits = match tapa {
         None => true,
-        Some((amp_dim, linear)) => !linear && amp_dim % 16 == 0,
+        Some((amp_dim, _)) => amp_dim % 16 == 0,
     };
     tapa_fits && w % 16 == 0 && head_dim % 16 == 0
 }
@@ -2938,6 +3112,7 @@ pub fn forward(
             d,
             plan.tapa,
             plan.amp,
+            plan.linear,
             planes,
             path == CmmaPath::Emulated,
         );
@@ -3076,6 +3251,7 @@ pub fn backward(
             d,
             plan.tapa,
             plan.amp,
+            plan.linear,
             planes,
             emulate,
         );
@@ -3101,6 +3277,7 @@ pub fn backward(
             d,
             plan.tapa,
             plan.amp,
+            plan.linear,
             planes,
             emulate,
         );
