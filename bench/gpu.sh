@@ -189,7 +189,7 @@ if [[ $CARGO_ROUTE == 0 ]]; then
     timeout "$STAGED_S" "$LAB" bench attention --backend "$BACKEND" --encodings "$STAGED_ENCODINGS" --strategy tiled-staged \
         "${shape[@]}" > "$OUT/cube-staged.jsonl" || echo "lab bench attention --strategy tiled-staged stopped (exit $?)"
     # Tensor cores (issue 20, item 4): f16 operands where the device has cmma, `dtype` says where it ran
-    # (f16-f32acc); forward and backward of every encoding but TAPA's linear phase.
+    # (f16-f32acc); forward and backward of every encoding.
     section "the same op with --strategy cmma ($CMMA_ENCODINGS; at most $CMMA_S s)"
     timeout "$CMMA_S" "$LAB" bench attention --backend "$BACKEND" --encodings "$CMMA_ENCODINGS" --strategy cmma \
         "${shape[@]}" > "$OUT/cube-cmma.jsonl" || echo "lab bench attention --strategy cmma stopped (exit $?)"

@@ -1288,13 +1288,13 @@ mod kernels {
         let mut dos = Shared::<[f16]>::new_aligned_slice(comptime!(16 * planes * d), 32usize);
         let mut ks = Shared::<[f16]>::new_aligned_slice(comptime!(16 * w), 32usize);
         let mut vs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * d), 32usize);
-        // Each plane's dS (TAPA: the amplitude's, then the phase's).
         // TAPA's quadratic phase is a second product; its linear phase a sum of row sums.
         let two = comptime!(tapa && !linear);
+        // Each plane's dS (TAPA's quadratic phase: the amplitude's, then the phase's).
         let ds_per = comptime!(if two { 512usize } else { 256usize });
         let mut dss = Shared::<[f16]>::new_aligned_slice(comptime!(planes * ds_per), 32usize);
-        // Each plane's S (first 256; TAPA: the amplitude's, then the phase's) and dP (last 256)
-        // of a key tile.
+        // Each plane's S (first 256; TAPA's quadratic phase: the amplitude's, then the phase's)
+        // and dP (last 256) of a key tile.
         let sc_per = comptime!(ds_per + 256usize);
         let mut sc = Shared::<[f32]>::new_aligned_slice(comptime!(planes * sc_per), 32usize);
         // TAPA's linear phase: `Σ q_P` of each plane's rows (at the end, the phase columns of
@@ -1711,13 +1711,13 @@ mod kernels {
         let mut qs = Shared::<[f16]>::new_aligned_slice(comptime!(16 * w), 32usize);
         let mut dos = Shared::<[f16]>::new_aligned_slice(comptime!(16 * d), 32usize);
         let mut pss = Shared::<[f16]>::new_aligned_slice(comptime!(256 * planes), 32usize);
-        // Each plane's dSᵀ (TAPA: the amplitude's, then the phase's).
         // TAPA's quadratic phase is a second product; its linear phase a sum of row sums.
         let two = comptime!(tapa && !linear);
+        // Each plane's dSᵀ (TAPA's quadratic phase: the amplitude's, then the phase's).
         let ds_per = comptime!(if two { 512usize } else { 256usize });
         let mut dss = Shared::<[f16]>::new_aligned_slice(comptime!(planes * ds_per), 32usize);
-        // Each plane's Sᵀ (first 256; TAPA: the amplitude's, then the phase's) and dPᵀ (last
-        // 256) of a query tile.
+        // Each plane's Sᵀ (first 256; TAPA's quadratic phase: the amplitude's, then the
+        // phase's) and dPᵀ (last 256) of a query tile.
         let sc_per = comptime!(ds_per + 256usize);
         let mut sc = Shared::<[f32]>::new_aligned_slice(comptime!(planes * sc_per), 32usize);
         // TAPA's linear phase: `Σ q_P` of the query tile's rows, then `Σ k_P` of each plane's
