@@ -356,6 +356,54 @@ mod kernels {
         amp * f32::cos(6.283_185_307_179_586f32 * dist_pow(i, j, alpha) * phase)
     }
 
+    /// A zeroed 16×16 f32 `cmma` accumulator (the tensor-core kernels' only `cmma` shape).
+    #[cube]
+    pub fn mma_zero() -> cmma::Matrix<f32> {
+        cmma::Matrix::<f32>::from_value(
+            cmma::MatrixIdent::Accumulator,
+            16usize,
+            16usize,
+            16usize,
+            cmma::MatrixLayout::Undefined,
+            0.0f32,
+        )
+    }
+
+    /// The 16×16 f16 `A` operand of a `cmma` step at `x[0..]`, row-major, row stride `stride`.
+    #[cube]
+    pub fn mma_a(x: &[f16], stride: u32) -> cmma::Matrix<f16> {
+        cmma::Matrix::<f16>::from_slice(
+            cmma::MatrixIdent::A,
+            16usize,
+            16usize,
+            16usize,
+            cmma::MatrixLayout::RowMajor,
+            x,
+            stride,
+        )
+    }
+
+    /// The 16×16 f16 `B` operand (`[k, n]`) of a `cmma` step at `x[0..]`: row-major with row
+    /// stride `stride`, or `col_major` (its columns are the rows of `x`: `Bᵀ` stored row-major,
+    /// as key rows are for `Q Kᵀ`).
+    #[cube]
+    pub fn mma_b(x: &[f16], stride: u32, #[comptime] col_major: bool) -> cmma::Matrix<f16> {
+        let layout = comptime!(if col_major {
+            cmma::MatrixLayout::ColMajor
+        } else {
+            cmma::MatrixLayout::RowMajor
+        });
+        cmma::Matrix::<f16>::from_slice(
+            cmma::MatrixIdent::B,
+            16usize,
+            16usize,
+            16usize,
+            layout,
+            x,
+            stride,
+        )
+    }
+
     /// TAPA distance power `|i − j|^α` (0 on the diagonal).
     #[cube]
     pub fn dist_pow(i: usize, j: usize, alpha: f32) -> f32 {
@@ -1067,33 +1115,10 @@ mod kernels {
                             sc[sb + ch * 256usize + e] = x;
                         }
                     } else {
-                        let acc = cmma::Matrix::<f32>::from_value(
-                            cmma::MatrixIdent::Accumulator,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::Undefined,
-                            0.0f32,
-                        );
+                        let acc = mma_zero();
                         for c in lo..hi {
-                            let a = cmma::Matrix::<f16>::from_slice(
-                                cmma::MatrixIdent::A,
-                                16usize,
-                                16usize,
-                                16usize,
-                                cmma::MatrixLayout::RowMajor,
-                                &qs[qb + c * 16..qb + comptime!(16 * w)],
-                                stride_w,
-                            );
-                            let b = cmma::Matrix::<f16>::from_slice(
-                                cmma::MatrixIdent::B,
-                                16usize,
-                                16usize,
-                                16usize,
-                                cmma::MatrixLayout::ColMajor,
-                                &ks[c * 16..comptime!(16 * w)],
-                                stride_w,
-                            );
+                            let a = mma_a(&qs[qb + c * 16..qb + comptime!(16 * w)], stride_w);
+                            let b = mma_b(&ks[c * 16..comptime!(16 * w)], stride_w, true);
                             cmma::execute(&a, &b, &acc, &acc);
                         }
                         cmma::store(
@@ -1165,34 +1190,11 @@ mod kernels {
                 }
             } else {
                 if seen {
-                    let a = cmma::Matrix::<f16>::from_slice(
-                        cmma::MatrixIdent::A,
-                        16usize,
-                        16usize,
-                        16usize,
-                        cmma::MatrixLayout::RowMajor,
-                        &ps[pb..pb + 256usize],
-                        16u32,
-                    );
+                    let a = mma_a(&ps[pb..pb + 256usize], 16u32);
                     #[unroll(!emulate)]
                     for c in 0..comptime!(d / 16) {
-                        let b = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::B,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::RowMajor,
-                            &vs[c * 16..comptime!(16 * d)],
-                            stride_d,
-                        );
-                        let o = cmma::Matrix::<f32>::from_value(
-                            cmma::MatrixIdent::Accumulator,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::Undefined,
-                            0.0f32,
-                        );
+                        let b = mma_b(&vs[c * 16..comptime!(16 * d)], stride_d, false);
+                        let o = mma_zero();
                         cmma::execute(&a, &b, &o, &o);
                         cmma::store(
                             &mut pv[ob + c * 16..ob + comptime!(16 * d)],
@@ -1427,35 +1429,12 @@ mod kernels {
                 if seen {
                     #[unroll(!emulate)]
                     for ch in 0..chains {
-                        let acc_s = cmma::Matrix::<f32>::from_value(
-                            cmma::MatrixIdent::Accumulator,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::Undefined,
-                            0.0f32,
-                        );
+                        let acc_s = mma_zero();
                         let lo = ch * split;
                         let hi = split + ch * comptime!(w / 16 - split);
                         for c in lo..hi {
-                            let a = cmma::Matrix::<f16>::from_slice(
-                                cmma::MatrixIdent::A,
-                                16usize,
-                                16usize,
-                                16usize,
-                                cmma::MatrixLayout::RowMajor,
-                                &qs[qb + c * 16..qb + comptime!(16 * w)],
-                                stride_w,
-                            );
-                            let b = cmma::Matrix::<f16>::from_slice(
-                                cmma::MatrixIdent::B,
-                                16usize,
-                                16usize,
-                                16usize,
-                                cmma::MatrixLayout::ColMajor,
-                                &ks[c * 16..comptime!(16 * w)],
-                                stride_w,
-                            );
+                            let a = mma_a(&qs[qb + c * 16..qb + comptime!(16 * w)], stride_w);
+                            let b = mma_b(&ks[c * 16..comptime!(16 * w)], stride_w, true);
                             cmma::execute(&a, &b, &acc_s, &acc_s);
                         }
                         cmma::store(
@@ -1465,34 +1444,11 @@ mod kernels {
                             cmma::MatrixLayout::RowMajor,
                         );
                     }
-                    let acc_p = cmma::Matrix::<f32>::from_value(
-                        cmma::MatrixIdent::Accumulator,
-                        16usize,
-                        16usize,
-                        16usize,
-                        cmma::MatrixLayout::Undefined,
-                        0.0f32,
-                    );
+                    let acc_p = mma_zero();
                     #[unroll(!emulate)]
                     for c in 0..comptime!(d / 16) {
-                        let a = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::A,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::RowMajor,
-                            &dos[db + c * 16..db + comptime!(16 * d)],
-                            stride_d,
-                        );
-                        let b = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::B,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::ColMajor,
-                            &vs[c * 16..comptime!(16 * d)],
-                            stride_d,
-                        );
+                        let a = mma_a(&dos[db + c * 16..db + comptime!(16 * d)], stride_d);
+                        let b = mma_b(&vs[c * 16..comptime!(16 * d)], stride_d, true);
                         cmma::execute(&a, &b, &acc_p, &acc_p);
                     }
                     cmma::store(
@@ -1576,15 +1532,7 @@ mod kernels {
                 }
             } else {
                 if seen {
-                    let mut a = cmma::Matrix::<f16>::from_slice(
-                        cmma::MatrixIdent::A,
-                        16usize,
-                        16usize,
-                        16usize,
-                        cmma::MatrixLayout::RowMajor,
-                        &dss[pb..pb + 256usize],
-                        16u32,
-                    );
+                    let mut a = mma_a(&dss[pb..pb + 256usize], 16u32);
                     // TAPA's linear phase: the amplitude columns only.
                     #[unroll(!emulate)]
                     for c in 0..comptime!(if linear { amp / 16 } else { w / 16 }) {
@@ -1594,23 +1542,8 @@ mod kernels {
                                 cmma::load(&mut a, &dss[pb + 256usize..pb + 512usize], 16u32);
                             }
                         }
-                        let b = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::B,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::RowMajor,
-                            &ks[c * 16..comptime!(16 * w)],
-                            stride_w,
-                        );
-                        let o = cmma::Matrix::<f32>::from_value(
-                            cmma::MatrixIdent::Accumulator,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::Undefined,
-                            0.0f32,
-                        );
+                        let b = mma_b(&ks[c * 16..comptime!(16 * w)], stride_w, false);
+                        let o = mma_zero();
                         cmma::execute(&a, &b, &o, &o);
                         cmma::store(
                             &mut gs[qb + c * 16..qb + comptime!(16 * w)],
@@ -1850,35 +1783,12 @@ mod kernels {
                 if seen {
                     #[unroll(!emulate)]
                     for ch in 0..chains {
-                        let acc_s = cmma::Matrix::<f32>::from_value(
-                            cmma::MatrixIdent::Accumulator,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::Undefined,
-                            0.0f32,
-                        );
+                        let acc_s = mma_zero();
                         let lo = ch * split;
                         let hi = split + ch * comptime!(w / 16 - split);
                         for c in lo..hi {
-                            let a = cmma::Matrix::<f16>::from_slice(
-                                cmma::MatrixIdent::A,
-                                16usize,
-                                16usize,
-                                16usize,
-                                cmma::MatrixLayout::RowMajor,
-                                &ks[kb + c * 16..kb + comptime!(16 * w)],
-                                stride_w,
-                            );
-                            let b = cmma::Matrix::<f16>::from_slice(
-                                cmma::MatrixIdent::B,
-                                16usize,
-                                16usize,
-                                16usize,
-                                cmma::MatrixLayout::ColMajor,
-                                &qs[c * 16..comptime!(16 * w)],
-                                stride_w,
-                            );
+                            let a = mma_a(&ks[kb + c * 16..kb + comptime!(16 * w)], stride_w);
+                            let b = mma_b(&qs[c * 16..comptime!(16 * w)], stride_w, true);
                             cmma::execute(&a, &b, &acc_s, &acc_s);
                         }
                         cmma::store(
@@ -1888,34 +1798,11 @@ mod kernels {
                             cmma::MatrixLayout::RowMajor,
                         );
                     }
-                    let acc_p = cmma::Matrix::<f32>::from_value(
-                        cmma::MatrixIdent::Accumulator,
-                        16usize,
-                        16usize,
-                        16usize,
-                        cmma::MatrixLayout::Undefined,
-                        0.0f32,
-                    );
+                    let acc_p = mma_zero();
                     #[unroll(!emulate)]
                     for c in 0..comptime!(d / 16) {
-                        let a = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::A,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::RowMajor,
-                            &vs[vb + c * 16..vb + comptime!(16 * d)],
-                            stride_d,
-                        );
-                        let b = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::B,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::ColMajor,
-                            &dos[c * 16..comptime!(16 * d)],
-                            stride_d,
-                        );
+                        let a = mma_a(&vs[vb + c * 16..vb + comptime!(16 * d)], stride_d);
+                        let b = mma_b(&dos[c * 16..comptime!(16 * d)], stride_d, true);
                         cmma::execute(&a, &b, &acc_p, &acc_p);
                     }
                     cmma::store(
@@ -2011,34 +1898,11 @@ mod kernels {
                 }
             } else {
                 if seen {
-                    let ap = cmma::Matrix::<f16>::from_slice(
-                        cmma::MatrixIdent::A,
-                        16usize,
-                        16usize,
-                        16usize,
-                        cmma::MatrixLayout::RowMajor,
-                        &pss[pb..pb + 256usize],
-                        16u32,
-                    );
+                    let ap = mma_a(&pss[pb..pb + 256usize], 16u32);
                     #[unroll(!emulate)]
                     for c in 0..comptime!(d / 16) {
-                        let b = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::B,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::RowMajor,
-                            &dos[c * 16..comptime!(16 * d)],
-                            stride_d,
-                        );
-                        let o = cmma::Matrix::<f32>::from_value(
-                            cmma::MatrixIdent::Accumulator,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::Undefined,
-                            0.0f32,
-                        );
+                        let b = mma_b(&dos[c * 16..comptime!(16 * d)], stride_d, false);
+                        let o = mma_zero();
                         cmma::execute(&ap, &b, &o, &o);
                         cmma::store(
                             &mut gv[vb + c * 16..vb + comptime!(16 * d)],
@@ -2047,15 +1911,7 @@ mod kernels {
                             cmma::MatrixLayout::RowMajor,
                         );
                     }
-                    let mut ads = cmma::Matrix::<f16>::from_slice(
-                        cmma::MatrixIdent::A,
-                        16usize,
-                        16usize,
-                        16usize,
-                        cmma::MatrixLayout::RowMajor,
-                        &dss[gb..gb + 256usize],
-                        16u32,
-                    );
+                    let mut ads = mma_a(&dss[gb..gb + 256usize], 16u32);
                     // TAPA's linear phase: the amplitude columns only.
                     #[unroll(!emulate)]
                     for c in 0..comptime!(if linear { amp / 16 } else { w / 16 }) {
@@ -2065,23 +1921,8 @@ mod kernels {
                                 cmma::load(&mut ads, &dss[gb + 256usize..gb + 512usize], 16u32);
                             }
                         }
-                        let b = cmma::Matrix::<f16>::from_slice(
-                            cmma::MatrixIdent::B,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::RowMajor,
-                            &qs[c * 16..comptime!(16 * w)],
-                            stride_w,
-                        );
-                        let o = cmma::Matrix::<f32>::from_value(
-                            cmma::MatrixIdent::Accumulator,
-                            16usize,
-                            16usize,
-                            16usize,
-                            cmma::MatrixLayout::Undefined,
-                            0.0f32,
-                        );
+                        let b = mma_b(&qs[c * 16..comptime!(16 * w)], stride_w, false);
+                        let o = mma_zero();
                         cmma::execute(&ads, &b, &o, &o);
                         cmma::store(
                             &mut gk[kb + c * 16..kb + comptime!(16 * w)],
