@@ -404,6 +404,149 @@ mod kernels {
         )
     }
 
+    /// The score-side products of one tile of the tensor-core backward: `X Yᵀ` into
+    /// `sc[sb..sb + 256]` and `U Zᵀ` into `sc[sb + dpo..sb + dpo + 256]` (16 × 16, row-major), for
+    /// the plane's 16 rows `X` (`x[xb..]`, `w` wide) and `U` (`u[ub..]`, `d` wide) and a tile's
+    /// 16 rows `Y` (`y[0..]`) and `Z` (`z[0..]`), all f16 with row strides `w`, `d`. TAPA's
+    /// quadratic phase (`chains` 2): `X Yᵀ` over the first `split` 16-column blocks, and over the
+    /// rest into `sc[sb + 256..]`. On tensor cores (`cmma`, f32 accumulation), or `emulate`d by
+    /// the plane's 32 units from the same operands (unit `lane` computes entries `s·32 + lane`).
+    #[cube]
+    pub fn mma_score_tiles(
+        x: &[f16],
+        xb: usize,
+        y: &[f16],
+        u: &[f16],
+        ub: usize,
+        z: &[f16],
+        sc: &mut [f32],
+        sb: usize,
+        lane: usize,
+        #[comptime] w: usize,
+        #[comptime] d: usize,
+        #[comptime] split: usize,
+        #[comptime] chains: usize,
+        #[comptime] dpo: usize,
+        #[comptime] emulate: bool,
+    ) {
+        if emulate {
+            for s in 0..8usize {
+                let e = s * 32usize + lane;
+                let xo = xb + (e / 16usize) * w;
+                let yo = (e % 16usize) * w;
+                for ch in 0..chains {
+                    let lo = ch * split * 16usize;
+                    let hi = (split + ch * comptime!(w / 16 - split)) * 16usize;
+                    let mut acc = 0.0f32;
+                    for kk in lo..hi {
+                        acc += f32::cast_from(x[xo + kk]) * f32::cast_from(y[yo + kk]);
+                    }
+                    sc[sb + ch * 256usize + e] = acc;
+                }
+                let uo = ub + (e / 16usize) * d;
+                let zo = (e % 16usize) * d;
+                let mut acc = 0.0f32;
+                for kk in 0..d {
+                    acc += f32::cast_from(u[uo + kk]) * f32::cast_from(z[zo + kk]);
+                }
+                sc[sb + dpo + e] = acc;
+            }
+        } else {
+            let stride_w = comptime!(w as u32);
+            let stride_d = comptime!(d as u32);
+            #[unroll]
+            for ch in 0..chains {
+                let acc = mma_zero();
+                let lo = ch * split;
+                let hi = split + ch * comptime!(w / 16 - split);
+                for c in lo..hi {
+                    let a = mma_a(&x[xb + c * 16..xb + comptime!(16 * w)], stride_w);
+                    let b = mma_b(&y[c * 16..comptime!(16 * w)], stride_w, true);
+                    cmma::execute(&a, &b, &acc, &acc);
+                }
+                cmma::store(
+                    &mut sc[sb + ch * 256usize..sb + ch * 256usize + 256usize],
+                    &acc,
+                    16u32,
+                    cmma::MatrixLayout::RowMajor,
+                );
+            }
+            let acc = mma_zero();
+            #[unroll]
+            for c in 0..comptime!(d / 16) {
+                let a = mma_a(&u[ub + c * 16..ub + comptime!(16 * d)], stride_d);
+                let b = mma_b(&z[c * 16..comptime!(16 * d)], stride_d, true);
+                cmma::execute(&a, &b, &acc, &acc);
+            }
+            cmma::store(
+                &mut sc[sb + dpo..sb + dpo + 256usize],
+                &acc,
+                16u32,
+                cmma::MatrixLayout::RowMajor,
+            );
+        }
+    }
+
+    /// `A B` for the plane's 16 × 16 f16 tile `A` (`a[ab..ab + 256]`, row-major) and a tile's 16
+    /// f16 rows `B` of `n` columns (`b[0..]`, row stride `n`), into `out[ob..]` (16 × n f32,
+    /// row-major), the first `cols` columns only (the others are not written). `two` (TAPA's
+    /// quadratic phase): the columns from `switch` on take a second tile `a[ab + 256..]`. On
+    /// tensor cores, or `emulate`d as in [`mma_score_tiles`].
+    #[cube]
+    pub fn mma_tile_rows(
+        a: &[f16],
+        ab: usize,
+        b: &[f16],
+        out: &mut [f32],
+        ob: usize,
+        lane: usize,
+        #[comptime] n: usize,
+        #[comptime] cols: usize,
+        #[comptime] two: bool,
+        #[comptime] switch: usize,
+        #[comptime] emulate: bool,
+    ) {
+        if emulate {
+            for s in 0..comptime!(n / 2) {
+                let e = s * 32usize + lane;
+                let col = e % n;
+                if col < cols {
+                    let mut ao = ab + (e / n) * 16usize;
+                    if two {
+                        if col >= switch {
+                            ao += 256usize;
+                        }
+                    }
+                    let mut acc = 0.0f32;
+                    for kk in 0..16usize {
+                        acc += f32::cast_from(a[ao + kk]) * f32::cast_from(b[kk * n + col]);
+                    }
+                    out[ob + e] = acc;
+                }
+            }
+        } else {
+            let stride = comptime!(n as u32);
+            let mut at = mma_a(&a[ab..ab + 256usize], 16u32);
+            #[unroll]
+            for c in 0..comptime!(cols / 16) {
+                if two {
+                    if comptime!(switch / 16) == c {
+                        cmma::load(&mut at, &a[ab + 256usize..ab + 512usize], 16u32);
+                    }
+                }
+                let bt = mma_b(&b[c * 16..comptime!(16 * n)], stride, false);
+                let o = mma_zero();
+                cmma::execute(&at, &bt, &o, &o);
+                cmma::store(
+                    &mut out[ob + c * 16..ob + comptime!(16 * n)],
+                    &o,
+                    stride,
+                    cmma::MatrixLayout::RowMajor,
+                );
+            }
+        }
+    }
+
     /// TAPA distance power `|i − j|^α` (0 on the diagonal).
     #[cube]
     pub fn dist_pow(i: usize, j: usize, alpha: f32) -> f32 {
@@ -1358,8 +1501,6 @@ mod kernels {
         for s in 0..comptime!(w / 2) {
             acc[s] = 0.0f32;
         }
-        let stride_w = comptime!(w as u32);
-        let stride_d = comptime!(d as u32);
         let last_tile = block * planes + planes - 1usize;
         let plane_last = block * planes + pl;
         for tile in 0..last_tile + 1 {
@@ -1401,63 +1542,11 @@ mod kernels {
             let chains = comptime!(if two { 2usize } else { 1usize });
             // S = Q̃ K̃ᵀ into sc[sb..sb + 256], dP = dO Vᵀ into sc[sb + 256..sb + 512]
             // (B: the key rows read as a column-major [w, 16] / [d, 16] matrix).
-            if emulate {
-                if seen {
-                    for s in 0..8usize {
-                        let e = s * 32usize + lane;
-                        let qo = qb + (e / 16usize) * w;
-                        let ko = (e % 16usize) * w;
-                        for ch in 0..chains {
-                            let lo = ch * split * 16usize;
-                            let hi = (split + ch * comptime!(w / 16 - split)) * 16usize;
-                            let mut x = 0.0f32;
-                            for kk in lo..hi {
-                                x += f32::cast_from(qs[qo + kk]) * f32::cast_from(ks[ko + kk]);
-                            }
-                            sc[sb + ch * 256usize + e] = x;
-                        }
-                        let oo = db + (e / 16usize) * d;
-                        let vo = (e % 16usize) * d;
-                        let mut y = 0.0f32;
-                        for kk in 0..d {
-                            y += f32::cast_from(dos[oo + kk]) * f32::cast_from(vs[vo + kk]);
-                        }
-                        sc[sb + dpo + e] = y;
-                    }
-                }
-            } else {
-                if seen {
-                    #[unroll(!emulate)]
-                    for ch in 0..chains {
-                        let acc_s = mma_zero();
-                        let lo = ch * split;
-                        let hi = split + ch * comptime!(w / 16 - split);
-                        for c in lo..hi {
-                            let a = mma_a(&qs[qb + c * 16..qb + comptime!(16 * w)], stride_w);
-                            let b = mma_b(&ks[c * 16..comptime!(16 * w)], stride_w, true);
-                            cmma::execute(&a, &b, &acc_s, &acc_s);
-                        }
-                        cmma::store(
-                            &mut sc[sb + ch * 256usize..sb + ch * 256usize + 256usize],
-                            &acc_s,
-                            16u32,
-                            cmma::MatrixLayout::RowMajor,
-                        );
-                    }
-                    let acc_p = mma_zero();
-                    #[unroll(!emulate)]
-                    for c in 0..comptime!(d / 16) {
-                        let a = mma_a(&dos[db + c * 16..db + comptime!(16 * d)], stride_d);
-                        let b = mma_b(&vs[c * 16..comptime!(16 * d)], stride_d, true);
-                        cmma::execute(&a, &b, &acc_p, &acc_p);
-                    }
-                    cmma::store(
-                        &mut sc[sb + dpo..sb + dpo + 256usize],
-                        &acc_p,
-                        16u32,
-                        cmma::MatrixLayout::RowMajor,
-                    );
-                }
+            if seen {
+                mma_score_tiles(
+                    &qs, qb, &ks, &dos, db, &vs, &mut sc, sb, lane, w, d, split, chains, dpo,
+                    emulate,
+                );
             }
             sync_cube();
             // dS = P ⊙ (dP − Δ) · scale, entry `s·32 + lane` (row `/16`, key `%16`), in f16.
@@ -1505,54 +1594,10 @@ mod kernels {
             }
             sync_cube();
             // dS K̃ (16 × w, row-major) into gs[qb..].
-            if emulate {
-                if seen {
-                    for s in 0..comptime!(w / 2) {
-                        let e = s * 32usize + lane;
-                        let col = e % w;
-                        let mut so = pb + (e / w) * 16usize;
-                        if two {
-                            if col >= amp {
-                                so += 256usize;
-                            }
-                        }
-                        let mut x = 0.0f32;
-                        // TAPA's linear phase: no product for the phase columns.
-                        let mut hi = 16usize;
-                        if linear {
-                            if col >= amp {
-                                hi = 0usize;
-                            }
-                        }
-                        for kk in 0..hi {
-                            x += f32::cast_from(dss[so + kk]) * f32::cast_from(ks[kk * w + col]);
-                        }
-                        gs[qb + e] = x;
-                    }
-                }
-            } else {
-                if seen {
-                    let mut a = mma_a(&dss[pb..pb + 256usize], 16u32);
-                    // TAPA's linear phase: the amplitude columns only.
-                    #[unroll(!emulate)]
-                    for c in 0..comptime!(if linear { amp / 16 } else { w / 16 }) {
-                        // TAPA: the phase's dS for the phase columns (from `amp` on).
-                        if two {
-                            if comptime!(amp / 16) == c {
-                                cmma::load(&mut a, &dss[pb + 256usize..pb + 512usize], 16u32);
-                            }
-                        }
-                        let b = mma_b(&ks[c * 16..comptime!(16 * w)], stride_w, false);
-                        let o = mma_zero();
-                        cmma::execute(&a, &b, &o, &o);
-                        cmma::store(
-                            &mut gs[qb + c * 16..qb + comptime!(16 * w)],
-                            &o,
-                            stride_w,
-                            cmma::MatrixLayout::RowMajor,
-                        );
-                    }
-                }
+            if seen {
+                // TAPA's linear phase: the amplitude columns only.
+                let cols = comptime!(if linear { amp } else { w });
+                mma_tile_rows(&dss, pb, &ks, &mut gs, qb, lane, w, cols, two, amp, emulate);
             }
             sync_cube();
             // The next tile's loads write ks, vs only; gs is written again two barriers later.
@@ -1694,8 +1739,6 @@ mod kernels {
             vs[e] = f16::cast_from(x);
             acc_v[s] = 0.0f32;
         }
-        let stride_w = comptime!(w as u32);
-        let stride_d = comptime!(d as u32);
         if linear {
             if lane < 16 {
                 let j = jp + lane;
@@ -1755,63 +1798,11 @@ mod kernels {
             let split = comptime!(if tapa { amp / 16 } else { w / 16 });
             let chains = comptime!(if two { 2usize } else { 1usize });
             // Sᵀ = K̃ Q̃ᵀ into sc[sb..sb + 256], dPᵀ = V dOᵀ into sc[sb + 256..sb + 512].
-            if emulate {
-                if seen {
-                    for s in 0..8usize {
-                        let e = s * 32usize + lane;
-                        let ko = kb + (e / 16usize) * w;
-                        let qo = (e % 16usize) * w;
-                        for ch in 0..chains {
-                            let lo = ch * split * 16usize;
-                            let hi = (split + ch * comptime!(w / 16 - split)) * 16usize;
-                            let mut x = 0.0f32;
-                            for kk in lo..hi {
-                                x += f32::cast_from(ks[ko + kk]) * f32::cast_from(qs[qo + kk]);
-                            }
-                            sc[sb + ch * 256usize + e] = x;
-                        }
-                        let vo = vb + (e / 16usize) * d;
-                        let oo = (e % 16usize) * d;
-                        let mut y = 0.0f32;
-                        for kk in 0..d {
-                            y += f32::cast_from(vs[vo + kk]) * f32::cast_from(dos[oo + kk]);
-                        }
-                        sc[sb + dpo + e] = y;
-                    }
-                }
-            } else {
-                if seen {
-                    #[unroll(!emulate)]
-                    for ch in 0..chains {
-                        let acc_s = mma_zero();
-                        let lo = ch * split;
-                        let hi = split + ch * comptime!(w / 16 - split);
-                        for c in lo..hi {
-                            let a = mma_a(&ks[kb + c * 16..kb + comptime!(16 * w)], stride_w);
-                            let b = mma_b(&qs[c * 16..comptime!(16 * w)], stride_w, true);
-                            cmma::execute(&a, &b, &acc_s, &acc_s);
-                        }
-                        cmma::store(
-                            &mut sc[sb + ch * 256usize..sb + ch * 256usize + 256usize],
-                            &acc_s,
-                            16u32,
-                            cmma::MatrixLayout::RowMajor,
-                        );
-                    }
-                    let acc_p = mma_zero();
-                    #[unroll(!emulate)]
-                    for c in 0..comptime!(d / 16) {
-                        let a = mma_a(&vs[vb + c * 16..vb + comptime!(16 * d)], stride_d);
-                        let b = mma_b(&dos[c * 16..comptime!(16 * d)], stride_d, true);
-                        cmma::execute(&a, &b, &acc_p, &acc_p);
-                    }
-                    cmma::store(
-                        &mut sc[sb + dpo..sb + dpo + 256usize],
-                        &acc_p,
-                        16u32,
-                        cmma::MatrixLayout::RowMajor,
-                    );
-                }
+            if seen {
+                mma_score_tiles(
+                    &ks, kb, &qs, &vs, vb, &dos, &mut sc, sb, lane, w, d, split, chains, dpo,
+                    emulate,
+                );
             }
             sync_cube();
             // Pᵀ and dSᵀ, entry `s·32 + lane` (key `/16`, query `%16`), in f16.
@@ -1861,77 +1852,11 @@ mod kernels {
             }
             sync_cube();
             // Pᵀ dO (16 × d) into gv[vb..], dSᵀ Q̃ (16 × w) into gk[kb..], row-major.
-            if emulate {
-                if seen {
-                    for s in 0..comptime!(d / 2) {
-                        let e = s * 32usize + lane;
-                        let so = pb + (e / d) * 16usize;
-                        let col = e % d;
-                        let mut x = 0.0f32;
-                        for kk in 0..16usize {
-                            x += f32::cast_from(pss[so + kk]) * f32::cast_from(dos[kk * d + col]);
-                        }
-                        gv[vb + e] = x;
-                    }
-                    for s in 0..comptime!(w / 2) {
-                        let e = s * 32usize + lane;
-                        let col = e % w;
-                        let mut so = gb + (e / w) * 16usize;
-                        if two {
-                            if col >= amp {
-                                so += 256usize;
-                            }
-                        }
-                        let mut x = 0.0f32;
-                        // TAPA's linear phase: no product for the phase columns.
-                        let mut hi = 16usize;
-                        if linear {
-                            if col >= amp {
-                                hi = 0usize;
-                            }
-                        }
-                        for kk in 0..hi {
-                            x += f32::cast_from(dss[so + kk]) * f32::cast_from(qs[kk * w + col]);
-                        }
-                        gk[kb + e] = x;
-                    }
-                }
-            } else {
-                if seen {
-                    let ap = mma_a(&pss[pb..pb + 256usize], 16u32);
-                    #[unroll(!emulate)]
-                    for c in 0..comptime!(d / 16) {
-                        let b = mma_b(&dos[c * 16..comptime!(16 * d)], stride_d, false);
-                        let o = mma_zero();
-                        cmma::execute(&ap, &b, &o, &o);
-                        cmma::store(
-                            &mut gv[vb + c * 16..vb + comptime!(16 * d)],
-                            &o,
-                            stride_d,
-                            cmma::MatrixLayout::RowMajor,
-                        );
-                    }
-                    let mut ads = mma_a(&dss[gb..gb + 256usize], 16u32);
-                    // TAPA's linear phase: the amplitude columns only.
-                    #[unroll(!emulate)]
-                    for c in 0..comptime!(if linear { amp / 16 } else { w / 16 }) {
-                        // TAPA: the phase's dSᵀ for the phase columns (from `amp` on).
-                        if two {
-                            if comptime!(amp / 16) == c {
-                                cmma::load(&mut ads, &dss[gb + 256usize..gb + 512usize], 16u32);
-                            }
-                        }
-                        let b = mma_b(&qs[c * 16..comptime!(16 * w)], stride_w, false);
-                        let o = mma_zero();
-                        cmma::execute(&ads, &b, &o, &o);
-                        cmma::store(
-                            &mut gk[kb + c * 16..kb + comptime!(16 * w)],
-                            &o,
-                            stride_w,
-                            cmma::MatrixLayout::RowMajor,
-                        );
-                    }
-                }
+            if seen {
+                mma_tile_rows(&pss, pb, &dos, &mut gv, vb, lane, d, d, false, d, emulate);
+                // TAPA's linear phase: the amplitude columns only.
+                let cols = comptime!(if linear { amp } else { w });
+                mma_tile_rows(&dss, gb, &qs, &mut gk, kb, lane, w, cols, two, amp, emulate);
             }
             sync_cube();
             // The next tile's loads write qs, dos, stat only; gv, gk are written again two
