@@ -589,8 +589,8 @@ pub enum BenchCmd {
         /// `tiled-split` (the key-side backward in two launches, fewer registers per unit),
         /// `tiled-staged` (the backward's own rows in shared memory, only accumulators in
         /// registers), `cmma-wide` (`cmma` with 4 planes per cube sharing each key tile), or
-        /// `cmma` (the forward on tensor cores, f16 operands, where the device has them; `dtype`
-        /// in the output says where it ran).
+        /// `cmma` (forward and backward on tensor cores, f16 operands; emulated where the device
+        /// has none; `dtype` in the output says which ran).
         #[arg(long, default_value = "tiled", value_parser = clap::builder::PossibleValuesParser::new(lab::kernels::CUBE_STRATEGIES))]
         strategy: String,
     },

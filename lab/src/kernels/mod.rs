@@ -59,8 +59,8 @@ pub mod pointwise;
 pub use fused::positional_attention;
 
 /// The CubeCL kernel layouts [`set_cube_strategy`] accepts: `rows`, `tiled` (the default),
-/// `tiled-split`, `tiled-staged` and `cmma` (the forward on tensor cores where the device has them;
-/// `cube::CubeStrategy`, features `wgpu` / `cuda`).
+/// `tiled-split`, `tiled-staged`, `cmma` and `cmma-wide` (forward and backward on tensor cores,
+/// emulated where the device has none; `cube::CubeStrategy`, features `wgpu` / `cuda`).
 pub const CUBE_STRATEGIES: [&str; 6] = [
     "rows",
     "tiled",
@@ -93,7 +93,7 @@ fn set_strategy_in_build(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether the `cmma` layout runs a forward on tensor cores on `device` (a `wgpu` or `cuda`
+/// Whether the `cmma` layouts run on tensor cores on `device` (a `wgpu` or `cuda`
 /// device) for an encoding and `head_dim`: `tapa` is `Some((amp_dim, linear_phase))` for TAPA,
 /// `None` for the dot-product encodings; the shapes as [`cube::cmma_shapes_fit`] (`w` is
 /// `head_dim` or, for PoPE, `2·head_dim`: a multiple of 16 whenever `head_dim` is) and the
