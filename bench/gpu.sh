@@ -24,7 +24,7 @@
 # Two parts (PART=1, PART=2; default all), so that a 15-minute device budget runs them as two calls: part 1 is what
 # no GPU has measured yet (the training step cold and warm, the GPU sweep's runs/hour, the timings of the layouts
 # never run on a GPU), part 2 first checks those layouts (`lab selfcheck --layouts
-# tiled-split,tiled-staged,cmma,cmma-wide`, NEW_CHECK_S 100 s: a part-1 timing counts only if its checks pass), then
+# cmma,cmma-wide,tiled-staged,tiled-split`, NEW_CHECK_S 150 s, each layout announced as it ends: a part-1 timing counts only if its checks pass), then
 # the default layout's timings and PyTorch SDPA, the full selfcheck under SELFCHECK_S 150 s, indirect-indexing, the
 # CPU sweep, FlexAttention; PART=2 keeps part 1's kernel cache.
 # Order (2026-12-05), each step under its own limit so that one slow step cannot take the rest. Part 1: the
@@ -41,7 +41,7 @@
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
 # TRAIN_S, TRAIN_STEPS (10), TRAIN_WARM_S (60: the step again with the kernel cache warm), LAB_KERNEL_CACHE and
 # KEEP_KERNEL_CACHE (the cache's folder, emptied at the start unless KEEP_KERNEL_CACHE=1), FLEX_SEQS, FLEX_DTYPES, FLEX_S, SELFCHECK (1), SDPA_S (60), ATTN_S (90),
-# PART (1, 2 or all), NEW_CHECK_S (100) and NEW_LAYOUTS (tiled-split,tiled-staged,cmma,cmma-wide), SELFCHECK_S (150), TORCH_STEP_S (60),
+# PART (1, 2 or all), NEW_CHECK_S (150) and NEW_LAYOUTS (cmma,cmma-wide,tiled-staged,tiled-split), SELFCHECK_S (150), TORCH_STEP_S (60),
 # SPLIT_S (50) and SPLIT_ENCODINGS (nope,pope,tapa: the op again with --strategy tiled-split, into cube-split.jsonl),
 # STAGED_S (50) and STAGED_ENCODINGS (nope,pope,tapa: the op with --strategy tiled-staged, into cube-staged.jsonl),
 # CMMA_S (45) and CMMA_ENCODINGS (nope,rope,pope,tapa: the op again with --strategy cmma, into cube-cmma.jsonl,
@@ -84,8 +84,8 @@ CMMA_S=${CMMA_S:-45}
 CMMA_ENCODINGS=${CMMA_ENCODINGS:-nope,rope,pope,tapa}
 SELFCHECK=${SELFCHECK:-1}
 SELFCHECK_S=${SELFCHECK_S:-150}
-NEW_CHECK_S=${NEW_CHECK_S:-100}
-NEW_LAYOUTS=${NEW_LAYOUTS:-tiled-split,tiled-staged,cmma,cmma-wide}
+NEW_CHECK_S=${NEW_CHECK_S:-150}
+NEW_LAYOUTS=${NEW_LAYOUTS:-cmma,cmma-wide,tiled-staged,tiled-split}
 TORCH_STEP_S=${TORCH_STEP_S:-60}
 PART=${PART:-all}
 case $PART in all|1|2) ;; *) echo "error: PART=$PART: allowed values are 1, 2 or all" >&2; exit 2 ;; esac

@@ -783,31 +783,54 @@ pub fn run(
 ) -> Result<SelfcheckReport, crate::sweep::runner::SweepError> {
     let t0 = Instant::now();
     let device = backend.device()?;
+    let mut checks = Vec::new();
     if let Some(layouts) = layouts {
+        // One layout at a time, each announced when done: a run cut off by a time limit (a short
+        // device session) still says which layouts passed.
         #[cfg(any(feature = "wgpu", feature = "cuda"))]
-        let checks = cube_kernel_checks_for(&device, layouts);
+        for layout in layouts {
+            let group = cube_kernel_checks_for(&device, &[layout]);
+            announce(&format!("kernel {layout}"), &group, t0);
+            checks.extend(group);
+        }
         #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-        let checks = {
-            let _ = (&device, layouts);
-            Vec::new()
-        };
+        let _ = (&device, layouts);
         return Ok(SelfcheckReport {
             backend: backend.name().to_string(),
             checks,
             seconds: t0.elapsed().as_secs_f64(),
         });
     }
-    let mut checks = extension_checks(&device);
+    let group = extension_checks(&device);
+    announce("extension", &group, t0);
+    checks.extend(group);
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     if backend != Backend::Cpu {
-        checks.extend(cube_kernel_checks(&device));
+        for layout in KERNEL_LAYOUTS {
+            let group = cube_kernel_checks_for(&device, &[layout]);
+            announce(&format!("kernel {layout}"), &group, t0);
+            checks.extend(group);
+        }
     }
-    checks.extend(train_step_checks(backend)?);
+    let group = train_step_checks(backend)?;
+    announce("train-step", &group, t0);
+    checks.extend(group);
     Ok(SelfcheckReport {
         backend: backend.name().to_string(),
         checks,
         seconds: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// One line on stderr as a group of checks ends (`selfcheck: kernel cmma: 147 checks, 0
+/// failed, 12.3 s`): the report itself is printed only at the end.
+fn announce(group: &str, checks: &[Check], t0: Instant) {
+    let failed = checks.iter().filter(|c| !c.pass).count();
+    eprintln!(
+        "selfcheck: {group}: {} checks, {failed} failed, {:.1} s",
+        checks.len(),
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 #[cfg(test)]

@@ -551,6 +551,14 @@ fn selfcheck_cpu_passes() {
     );
     let last = stdout.trim_end().lines().last().unwrap();
     assert!(last.starts_with("all 187 checks passed on cpu"), "{last}");
+    // Each group is announced on stderr as it ends (a run cut off by a limit keeps them).
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    for line in [
+        "selfcheck: extension: 147 checks, 0 failed",
+        "selfcheck: train-step: 40 checks, 0 failed",
+    ] {
+        assert!(stderr.contains(line), "{line} not in {stderr}");
+    }
 }
 
 /// A sweep with `[[evals]]` (pi-self-similarity, smoke): every run is evaluated at the listed
