@@ -428,18 +428,12 @@ impl BenchCmd {
                                 enc == "tapa-linear",
                             )
                         });
-                        let cmma = strategy.starts_with("cmma");
-                        let dtype = if cmma
-                            && lab::kernels::cmma_forward_applies(&device, tapa, head_dim as usize)
-                        {
-                            "f16-f32acc"
-                        } else if cmma
-                            && lab::kernels::cmma_forward_emulated(&device, tapa, head_dim as usize)
-                        {
-                            "f16-f32acc-emulated"
+                        let dtype = if strategy.starts_with("cmma") {
+                            lab::kernels::cmma_dtype(&device, tapa, head_dim as usize)
                         } else {
-                            r.dtype
+                            None
                         };
+                        let dtype = dtype.unwrap_or(r.dtype);
                         let r = lab::bench::AttentionBench {
                             strategy: label,
                             dtype,

@@ -496,7 +496,7 @@ pub fn extension_checks(device: &Device) -> Vec<Check> {
 /// Groups `kernel rows`, `kernel tiled`, `kernel tiled-16`, `kernel tiled-split`,
 /// `kernel tiled-staged`, `kernel cmma`, `kernel cmma-wide`
 /// (their tensor-core kernels on tensor cores where the device has them, cases marked
-/// `[tensor cores]`, and emulated where it has not ([`crate::kernels::cube::cmma_emulated`]:
+/// `[tensor cores]`, and emulated where it has not ([`crate::kernels::cube::CmmaPath::Emulated`]:
 /// lavapipe), cases marked `[tensor cores emulated]`, both checked within [`CMMA_TOL`]; shapes
 /// the tensor-core kernels do not take run the tiled ones, within [`ATTENTION_TOL`]): the CubeCL
 /// forward and backward called directly with each launch layout, on a `wgpu` or `cuda` `device`
@@ -558,8 +558,7 @@ pub fn cube_kernel_checks_for(device: &Device, layouts: &[&str]) -> Vec<Check> {
                 .map(|x| cube::host_to_cube(x, shape, device));
             // The tensor-core kernels (f16 operands) are checked at their own tolerance, and
             // their cases are marked so the output says where and how they ran.
-            let tensor_cores = cube::cmma_applies(&q, &params);
-            let emulated = cube::cmma_emulated(&q, &params);
+            let path = cube::cmma_path_of(&q, &params);
             let (out, lse) = cube::forward(q.clone(), k.clone(), v.clone(), &params);
             let grads = cube::backward(q, k, v, out.clone(), lse, g, &params);
             let got = (
@@ -567,11 +566,10 @@ pub fn cube_kernel_checks_for(device: &Device, layouts: &[&str]) -> Vec<Check> {
                 [grads.dq, grads.dk, grads.dv].map(cube::cube_to_host),
                 grads.ddelta.map(cube::cube_to_host),
             );
-            if tensor_cores || emulated {
-                let mark = if tensor_cores {
-                    "tensor cores"
-                } else {
-                    "tensor cores emulated"
+            if let Some(path) = path {
+                let mark = match path {
+                    cube::CmmaPath::TensorCores => "tensor cores",
+                    cube::CmmaPath::Emulated => "tensor cores emulated",
                 };
                 let case = format!("{} [{mark}]", c.name);
                 checks.extend(compare_all_within(

@@ -32,7 +32,7 @@
 //!   accumulation) for the dot-product encodings and TAPA (its amplitude part; the quadratic
 //!   phase's product too), forward and
 //!   backward (`attn_fwd_cmma`, `attn_bwd_dq_cmma`, `attn_bwd_dkdv_cmma`); on devices
-//!   without tensor cores (lavapipe) the same kernels run emulated ([`cmma_emulated`]), and
+//!   without tensor cores (lavapipe) the same kernels run emulated ([`CmmaPath::Emulated`]), and
 //!   shapes they do not take run `Tiled`;
 //!   [`CubeStrategy::CmmaWide`]: the same with several planes per cube sharing each tile.
 //!
@@ -153,13 +153,13 @@ pub enum CubeStrategy {
         tile: Option<usize>,
     },
     /// The forward on tensor cores (`cmma` 16×16×16, f16 operands, f32 accumulation; the
-    /// `attn_fwd_cmma` kernel) where it applies ([`cmma_applies`]: a device with that `cmma`
+    /// `attn_fwd_cmma` kernel) where it applies ([`cmma_path_of`] `TensorCores`: a device with that `cmma`
     /// form and 32-unit planes, a dot-product encoding or TAPA, `W`, `head_dim` and TAPA's
     /// `amp_dim` multiples of 16),
     /// [`CubeStrategy::Tiled`]'s forward elsewhere. The backward on tensor cores too, where the
     /// forward is (`attn_bwd_dq_cmma`, `attn_bwd_dkdv_cmma`: FlashAttention-2's backward with
     /// 16×16 tiles, `dS` and `P` rounded to f16); `Tiled`'s elsewhere. On a
-    /// device without that `cmma` form the same kernels run emulated ([`cmma_emulated`]: each
+    /// device without that `cmma` form the same kernels run emulated ([`CmmaPath::Emulated`]: each
     /// product computed by the units from the same f16 operands), so lavapipe checks their
     /// logic. Outputs differ from the f32 layouts by f16 rounding of `q̃`, `k̃`, `v`, `p`,
     /// `dout` and `dS` (about 1e-3 relative; `lab selfcheck` group `kernel cmma`).
@@ -1392,7 +1392,7 @@ mod kernels {
     /// [`attn_fwd_cmma`]), and two `dS` tiles, `dS·∂s/∂A` for the amplitude columns of `K̃` and
     /// `dS·∂s/∂P` for the phase columns ([`add_score_grad`]). f16 operands,
     /// f32 accumulation. `emulate`: each product computed by the plane's units from the same
-    /// f16 operands (devices without tensor cores; [`super::cmma_emulated`]). Launch: cube count
+    /// f16 operands (devices without tensor cores; [`super::CmmaPath::Emulated`]). Launch: cube count
     /// `(ceil(seq/(16·planes)), batch·heads, 1)`, cube dim `32·planes`; `w`, `d` multiples of
     /// 16 (TAPA: `amp` too). TAPA's linear phase: the amplitude product only; the phase
     /// columns of `dq̃` get the row sums of `dS·∂s/∂P` (the phase is a sum of row sums, its
@@ -2693,37 +2693,28 @@ pub fn cmma_supported_by(props: &cubecl::ir::DeviceProperties) -> bool {
         })
 }
 
-/// Whether [`forward`] with `params` on `q`'s device and shape `[batch, heads, seq, head_dim]`
-/// runs on tensor cores (`CubeStrategy::Cmma` where [`cmma_supported`], for a dot-product
-/// encoding or TAPA, with `W`, `head_dim` and TAPA's `amp_dim` multiples of 16); false means a
-/// scalar f32 layout ran.
-pub fn cmma_applies(q: &CubeTensor, params: &CubeAttentionParams) -> bool {
-    let plan = Plan::new(dims4(q), &params.encoding);
-    uses_cmma(&q.client, &params.strategy, &plan)
-}
-
-/// Whether [`forward`] with `params` on `q`'s device and shape runs the tensor-core kernel
-/// `attn_fwd_cmma` *emulated*: a `Cmma`/`CmmaWide` layout whose shapes fit
-/// ([`cmma_shapes_fit`]) on a device without that `cmma` form (lavapipe), where each `cmma`
-/// product is computed by the plane's units from the same f16 operands with f32 accumulation.
-/// The kernel is otherwise the one tensor cores run (tiles, planes, online softmax, output tile
-/// in registers), so its logic is checked on any device; its numbers match the tensor-core
-/// path's up to f32 summation order.
-pub fn cmma_emulated(q: &CubeTensor, params: &CubeAttentionParams) -> bool {
-    let plan = Plan::new(dims4(q), &params.encoding);
-    cmma_path(&q.client, &params.strategy, &plan) == Some(CmmaPath::Emulated)
-}
-
-/// How `attn_fwd_cmma` runs, where it runs.
+/// How the `Cmma`/`CmmaWide` layouts' tensor-core kernels run on a device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CmmaPath {
-    /// On the device's tensor cores.
+pub enum CmmaPath {
+    /// On the device's tensor cores ([`cmma_supported`]).
     TensorCores,
-    /// Each `cmma` product computed by the plane's units ([`cmma_emulated`]).
+    /// On a device without that `cmma` form (lavapipe): each `cmma` product computed by the
+    /// plane's units from the same f16 operands with f32 accumulation. The kernels are otherwise
+    /// the ones tensor cores run (tiles, planes, online softmax, register tiles), so their logic
+    /// is checked on any device; their numbers match the tensor-core path's up to f32 summation
+    /// order.
     Emulated,
 }
 
-/// `None` where the tiled forward runs instead (another layout, or shapes that do not fit).
+/// How [`forward`] and [`backward`] with `params` on `q`'s device and shape `[batch, heads, seq,
+/// head_dim]` run the tensor-core kernels; `None` where a scalar f32 layout runs (another layout,
+/// or shapes [`cmma_shapes_fit`] refuses).
+pub fn cmma_path_of(q: &CubeTensor, params: &CubeAttentionParams) -> Option<CmmaPath> {
+    let plan = Plan::new(dims4(q), &params.encoding);
+    cmma_path(&q.client, &params.strategy, &plan)
+}
+
+/// [`cmma_path_of`] from a plan.
 fn cmma_path(
     client: &cubecl::client::Client,
     strategy: &CubeStrategy,
@@ -2742,22 +2733,17 @@ fn cmma_path(
     }
     // While capturing for CUDA, the device that counts is the CUDA one being compiled for.
     #[cfg(feature = "cuda-source")]
-    if let Some((props, _)) = super::cuda_source::capturing() {
-        return Some(if cmma_supported_by(&props) {
-            CmmaPath::TensorCores
-        } else {
-            CmmaPath::Emulated
-        });
-    }
-    Some(if cmma_supported(client) {
+    let supported = match super::cuda_source::capturing() {
+        Some((props, _)) => cmma_supported_by(&props),
+        None => cmma_supported(client),
+    };
+    #[cfg(not(feature = "cuda-source"))]
+    let supported = cmma_supported(client);
+    Some(if supported {
         CmmaPath::TensorCores
     } else {
         CmmaPath::Emulated
     })
-}
-
-fn uses_cmma(client: &cubecl::client::Client, strategy: &CubeStrategy, plan: &Plan) -> bool {
-    cmma_path(client, strategy, plan) == Some(CmmaPath::TensorCores)
 }
 
 /// Shared memory of the tensor-core backward kernels with `planes` planes per cube, bytes:

@@ -93,53 +93,38 @@ fn set_strategy_in_build(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Whether the `cmma` layouts run on tensor cores on `device` (a `wgpu` or `cuda`
-/// device) for an encoding and `head_dim`: `tapa` is `Some((amp_dim, linear_phase))` for TAPA,
-/// `None` for the dot-product encodings; the shapes as [`cube::cmma_shapes_fit`] (`w` is
-/// `head_dim` or, for PoPE, `2·head_dim`: a multiple of 16 whenever `head_dim` is) and the
-/// device's `cmma` form ([`cube::cmma_supported`]). Used to label `lab bench attention
-/// --strategy cmma`'s timings with the operand type that ran.
+/// The operand type the `cmma` layouts compute with on `device` (a `wgpu` or `cuda` device) for
+/// an encoding and `head_dim`, labelling `lab bench attention --strategy cmma`'s timings:
+/// `f16-f32acc` on tensor cores, `f16-f32acc-emulated` where the device has none
+/// ([`cube::CmmaPath`]), `None` where the shapes do not fit ([`cube::cmma_shapes_fit`]; `tapa` is
+/// `Some((amp_dim, linear_phase))` for TAPA, `None` for the dot-product encodings, whose `w` is
+/// `head_dim` or, for PoPE, `2·head_dim`: a multiple of 16 whenever `head_dim` is) and a scalar
+/// f32 layout runs.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub fn cmma_forward_applies(
+pub fn cmma_dtype(
     device: &burn::tensor::Device,
     tapa: Option<(usize, bool)>,
     head_dim: usize,
-) -> bool {
-    cube::cmma_shapes_fit(head_dim, head_dim, tapa)
-        && cube::cmma_supported(&cube::host_to_cube(&[0.0], [1], device).client)
-}
-
-/// Whether the `cmma` layout runs its tensor-core kernels *emulated* on `device`
-/// ([`cube::cmma_emulated`]: the shapes fit, the device has no tensor cores, as lavapipe);
-/// arguments as [`cmma_forward_applies`]. Emulated, the operands are still rounded to f16.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
-pub fn cmma_forward_emulated(
-    device: &burn::tensor::Device,
-    tapa: Option<(usize, bool)>,
-    head_dim: usize,
-) -> bool {
-    cube::cmma_shapes_fit(head_dim, head_dim, tapa)
-        && !cube::cmma_supported(&cube::host_to_cube(&[0.0], [1], device).client)
+) -> Option<&'static str> {
+    if !cube::cmma_shapes_fit(head_dim, head_dim, tapa) {
+        return None;
+    }
+    let client = cube::host_to_cube(&[0.0], [1], device).client;
+    Some(if cube::cmma_supported(&client) {
+        "f16-f32acc"
+    } else {
+        "f16-f32acc-emulated"
+    })
 }
 
 /// Without a CubeCL backend there are no tensor-core kernels.
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-pub fn cmma_forward_emulated(
+pub fn cmma_dtype(
     _device: &burn::tensor::Device,
     _tapa: Option<(usize, bool)>,
     _head_dim: usize,
-) -> bool {
-    false
-}
-
-/// Without a CubeCL backend there are no tensor-core kernels.
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
-pub fn cmma_forward_applies(
-    _device: &burn::tensor::Device,
-    _tapa: Option<(usize, bool)>,
-    _head_dim: usize,
-) -> bool {
-    false
+) -> Option<&'static str> {
+    None
 }
 
 #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
