@@ -455,6 +455,23 @@ impl BenchCmd {
                 head_dim,
                 encodings,
             } => cuda_source(&out, sm, heads as usize, head_dim as usize, &encodings),
+            BenchCmd::CudaHost {
+                out,
+                sm,
+                heads,
+                seq,
+                head_dim,
+                encodings,
+                layouts,
+                seed,
+            } => cuda_host(
+                &out,
+                sm,
+                [1, heads as usize, seq as usize, head_dim as usize],
+                &encodings,
+                &layouts,
+                seed,
+            ),
         }
     }
 }
@@ -502,6 +519,100 @@ fn cuda_source(
         index.display()
     ));
     Ok(lines.join("\n"))
+}
+
+/// `lab bench cuda-host`: each kernel launch's CUDA C++ run on the CPU against the same launch
+/// on wgpu (stderr: a line per launch as it ends); the summary, or an error naming the failures.
+#[cfg(feature = "cuda-source")]
+fn cuda_host(
+    out: &std::path::Path,
+    sm: u32,
+    shape: [usize; 4],
+    encodings: &str,
+    layouts: &str,
+    seed: u64,
+) -> anyhow::Result<String> {
+    use lab::kernels::cuda_host;
+    let [_, heads, _, head_dim] = shape;
+    let encodings = encodings
+        .split(',')
+        .map(str::trim)
+        .map(|name| {
+            let (encoding, delta) = lab::bench::bench_encoding(name, heads, head_dim)?;
+            Ok((name.to_string(), encoding, delta))
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(anyhow::Error::msg)?;
+    let layouts: Vec<&str> = if layouts == "all" {
+        lab::kernels::CUBE_STRATEGIES.to_vec()
+    } else {
+        layouts.split(',').map(str::trim).collect()
+    };
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
+    let device = Backend::Wgpu.device()?;
+    let started = std::time::Instant::now();
+    let checks = cuda_host::check_on_host(
+        &device,
+        sm,
+        shape,
+        &encodings,
+        &layouts,
+        seed,
+        out,
+        &cxx,
+        |c| {
+            let tc = if c.wmma { " [wmma]" } else { "" };
+            let tc = match c.wgpu_config {
+                Some((count, dim)) => format!(
+                    "{tc} (CUDA {:?} cubes of {}, wgpu {count:?} of {})",
+                    c.cuda_config.0, c.cuda_config.1[0], dim[0]
+                ),
+                None => tc.to_string(),
+            };
+            match &c.error {
+                None => eprintln!(
+                    "cuda-host: {} {}{tc}: max |diff| {:.1e} ({:.3} of tol) ok",
+                    c.label, c.kernel, c.max_abs, c.worst_ratio
+                ),
+                Some(e) => eprintln!("cuda-host: {} {}{tc}: FAILED: {e}", c.label, c.kernel),
+            }
+        },
+    )
+    .map_err(anyhow::Error::msg)?;
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.passed())
+        .map(|c| format!("{} {}", c.label, c.kernel))
+        .collect();
+    let wmma = checks.iter().filter(|c| c.wmma).count();
+    let worst = checks.iter().map(|c| c.max_abs).fold(0.0f32, f32::max);
+    if !failed.is_empty() {
+        anyhow::bail!(
+            "{} of {} kernel launches differ on the host: {}",
+            failed.len(),
+            checks.len(),
+            failed.join(", ")
+        );
+    }
+    Ok(format!(
+        "all {} kernel launches ({wmma} with wmma) matched wgpu from their CUDA C++ for sm_{sm} on the host, max |diff| {worst:.1e} ({:.1} s)",
+        checks.len(),
+        started.elapsed().as_secs_f64()
+    ))
+}
+
+#[cfg(not(feature = "cuda-source"))]
+fn cuda_host(
+    _out: &std::path::Path,
+    _sm: u32,
+    _shape: [usize; 4],
+    _encodings: &str,
+    _layouts: &str,
+    _seed: u64,
+) -> anyhow::Result<String> {
+    anyhow::bail!(
+        "lab bench cuda-host: this build has no cargo feature `cuda-source` (cargo build --release -p lab --features cuda-source)"
+    )
 }
 
 #[cfg(not(feature = "cuda-source"))]
@@ -615,6 +726,42 @@ pub enum BenchCmd {
         /// Encodings, comma-separated: nope, rope, pope, tapa, tapa-linear.
         #[arg(long, default_value = "nope,rope,pope,tapa,tapa-linear")]
         encodings: String,
+    },
+    /// Run the CUDA C++ of every kernel launch of the fused attention (forward and backward) on
+    /// this CPU and compare each launch's buffers with the same launch on wgpu: the text NVRTC
+    /// would compile, `wmma` calls included (modelled on CUDA's documented semantics, their
+    /// alignment and per-warp uniformity checked), checked without a GPU. Needs the cargo
+    /// feature `cuda-source`, a wgpu device (Mesa's lavapipe will do) and a C++20 compiler with
+    /// `_Float16` (`CXX`, default `c++`: g++ 12 or later). Exits non-zero if any launch differs.
+    #[command(
+        after_help = "Examples:\n  lab bench cuda-host --out /tmp/cuda-host\n  lab bench cuda-host --out /tmp/cuda-host --layouts cmma,cmma-wide --encodings pope,tapa"
+    )]
+    CudaHost {
+        /// Working directory for the sources, programs and launch files (created).
+        #[arg(long)]
+        out: PathBuf,
+        /// Compute capability ×10 of the GPU compiled for (90: H100/H200; 50..=120).
+        #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(50..=120))]
+        sm: u32,
+        /// Heads (1..=64).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
+        heads: u32,
+        /// Sequence length (1..=512: every block runs as OS threads on this CPU).
+        #[arg(long, default_value_t = 33, value_parser = clap::value_parser!(u32).range(1..=512))]
+        seq: u32,
+        /// Per-head dims (even, 2..=128).
+        #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(2..=128))]
+        head_dim: u32,
+        /// Encodings, comma-separated: nope, rope, pope, tapa, tapa-linear.
+        #[arg(long, default_value = "nope,rope,pope,tapa,tapa-linear")]
+        encodings: String,
+        /// Launch layouts, comma-separated (rows, tiled, tiled-split, tiled-staged, cmma,
+        /// cmma-wide), or `all`.
+        #[arg(long, default_value = "all")]
+        layouts: String,
+        /// Seed of the inputs q, k, v and the output gradient (uniform in [-1, 1)).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
     },
 }
 

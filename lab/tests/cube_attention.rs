@@ -200,6 +200,20 @@ fn cuda_sources_for_sm90_cover_every_kernel() {
             }
         }
     }
+    // The shared memory the layouts' plane counts are chosen by is what cubecl-cpp declares.
+    for k in &sources {
+        let enc = k.uses[0].split('/').next().unwrap();
+        let w = if enc == "pope" { 128 } else { 64 };
+        let tapa = enc.starts_with("tapa").then_some(enc == "tapa-linear");
+        let planes = k.cube_dim[0] as usize / 32;
+        let expected = match k.kernel {
+            "attn_fwd_cmma" => cube::cmma_fwd_shared_bytes(w, 64, tapa, planes),
+            "attn_bwd_dq_cmma" => cube::cmma_bwd_shared_bytes(w, 64, tapa, planes).0,
+            "attn_bwd_dkdv_cmma" => cube::cmma_bwd_shared_bytes(w, 64, tapa, planes).1,
+            _ => continue,
+        };
+        assert_eq!(k.shared_bytes, expected, "{} {:?}", k.kernel, k.uses);
+    }
     // Every kernel is listed once: the entry names (type + comptime hash) are distinct.
     let mut entries: Vec<&str> = sources.iter().map(|k| k.entry.as_str()).collect();
     entries.sort_unstable();
@@ -220,4 +234,225 @@ fn selfcheck_layouts_run_only_those_kernel_groups() {
     );
     assert_eq!(report.checks.len(), 2 * (12 * 3 * 4 + 3));
     assert!(report.passed(), "{}", report.text());
+}
+
+/// The host C++ compiler of the `cuda_host` checks (`CXX`, default `c++`).
+#[cfg(feature = "cuda-source")]
+fn cxx() -> String {
+    std::env::var("CXX").unwrap_or_else(|_| "c++".to_string())
+}
+
+/// The CUDA C++ of every launch of the layouts no GPU has run yet (the tensor-core `cmma`,
+/// `cmma-wide`, and `tiled-staged`, `tiled-split`), for every encoding, run on the host
+/// (`lab::kernels::cuda_host`) from the same inputs as the same launch on lavapipe, matches it;
+/// the tensor-core kernels' `wmma` calls among them (30: three kernels, two layouts, five
+/// encodings), `cmma-wide`'s backward with the four planes CUDA takes where lavapipe takes two.
+#[cfg(feature = "cuda-source")]
+#[test]
+fn cuda_sources_run_on_the_host_match_wgpu() {
+    use lab::kernels::cuda_host;
+    let encodings: Vec<_> = ["nope", "rope", "pope", "tapa", "tapa-linear"]
+        .iter()
+        .map(|&name| {
+            let (encoding, delta) = lab::bench::bench_encoding(name, 2, 32).unwrap();
+            (name.to_string(), encoding, delta)
+        })
+        .collect();
+    let dir = std::env::temp_dir().join(format!("lab-cuda-host-{}", std::process::id()));
+    let checks = cuda_host::check_on_host(
+        &wgpu(),
+        90,
+        [1, 2, 33, 32],
+        &encodings,
+        &["cmma", "cmma-wide", "tiled-staged", "tiled-split"],
+        0,
+        &dir,
+        &cxx(),
+        |_| {},
+    )
+    .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let failed: Vec<String> = checks
+        .iter()
+        .filter(|c| !c.passed())
+        .map(|c| format!("{} {}: {:?}", c.label, c.kernel, c.error))
+        .collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+    let wmma: Vec<_> = checks.iter().filter(|c| c.wmma).collect();
+    assert_eq!(wmma.len(), 30);
+    assert!(wmma.iter().all(|c| c.kernel.ends_with("_cmma")));
+    let worst = checks.iter().map(|c| c.max_abs).fold(0.0f32, f32::max);
+    assert!(worst > 0.0 && worst < 1e-4, "max |diff| {worst}");
+    let wide_bwd = checks
+        .iter()
+        .filter(|c| c.label == "nope/cmma-wide" && c.kernel == "attn_bwd_dq_cmma")
+        .collect::<Vec<_>>();
+    assert_eq!(wide_bwd.len(), 1);
+    assert_eq!(wide_bwd[0].cuda_config.1, [128, 1, 1]);
+    assert_eq!(wide_bwd[0].wgpu_config.map(|c| c.1), Some([64, 1, 1]));
+}
+
+/// A hand-written kernel in cubecl-cpp's form: `A Aᵀ` on `wmma` for the 16 × 16 f16 tile `A` of
+/// buffer 0 into buffer 1, with a pointer offset (`scalars_u32[0]` halves) and a fault
+/// (`scalars_u32[1]`: 1, lanes 16–31 skip a load; 2, threads 16–31 skip the barrier).
+#[cfg(feature = "cuda-source")]
+const WMMA_KERNEL: &str = r#"typedef unsigned int uint32_t;
+#include <mma.h>
+#include <cuda_fp16.h>
+struct info_st {
+uint32_t scalars_u32[2];uint32_t static_meta[2];
+};
+extern "C" __global__ void __launch_bounds__(32)  aat_1(float const* const __restrict__ v1, float * const __restrict__ v2, __grid_constant__ info_st const info) {
+extern __shared__ __align__(32) char smem[];
+__half *a = reinterpret_cast<__half *>(&smem[0]);
+uint32_t const off = info.scalars_u32[0];
+uint32_t const fault = info.scalars_u32[1];
+for (uint32_t e = threadIdx.x; e < 256; e += 32) { a[e] = __half(v1[e]); }
+if (!(fault == 2 && threadIdx.x >= 16)) { __syncthreads(); }
+nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> fa;
+nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, __half, nvcuda::wmma::col_major> fb;
+nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;
+nvcuda::wmma::fill_fragment(fc, 0.0f);
+nvcuda::wmma::load_matrix_sync(fa, a + off, 16);
+if (!(fault == 1 && threadIdx.x >= 16)) { nvcuda::wmma::load_matrix_sync(fb, a, 16); }
+nvcuda::wmma::mma_sync(fc, fa, fb, fc);
+nvcuda::wmma::store_matrix_sync(v2, fc, 16, nvcuda::wmma::mem_row_major);
+}
+"#;
+
+/// The host's `wmma` model computes `A Aᵀ` from f16 operands (row-major `A`, column-major `B`
+/// read from the same tile) as hand-computed here, and the harness refuses a misaligned
+/// pointer, lanes of a warp making different calls and threads reaching different barriers.
+#[cfg(feature = "cuda-source")]
+#[test]
+fn cuda_host_models_wmma_and_refuses_broken_launches() {
+    use half::f16;
+    use lab::kernels::cuda_host::{self, ArgKind, TeedLaunch};
+    use lab::kernels::cuda_source::KernelSource;
+    let a: Vec<f32> = (0..256)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0)
+        .collect();
+    let h: Vec<f32> = a.iter().map(|&x| f16::from_f32(x).to_f32()).collect();
+    let aat: Vec<f32> = (0..256)
+        .map(|e| {
+            (0..16)
+                .map(|k| h[e / 16 * 16 + k] * h[e % 16 * 16 + k])
+                .sum()
+        })
+        .collect();
+    let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let source = KernelSource {
+        kernel: "aat",
+        entry: "aat_1".into(),
+        cube_dim: [32, 1, 1],
+        shared_bytes: 512,
+        uses: vec![],
+        source: WMMA_KERNEL.into(),
+    };
+    let dir = std::env::temp_dir().join(format!("lab-cuda-host-wmma-{}", std::process::id()));
+    let run = |off: u32, fault: u32| {
+        let launch = TeedLaunch {
+            kernel: "aat",
+            count: [1, 1, 1],
+            cube_dim: [32, 1, 1],
+            args: vec![
+                ArgKind::Buffer,
+                ArgKind::Buffer,
+                ArgKind::U32(off),
+                ArgKind::U32(fault),
+            ],
+            before: vec![bytes(&a), bytes(&[0.0; 256])],
+            after: vec![bytes(&a), bytes(&aat)],
+        };
+        cuda_host::check_source(&dir, &cxx(), "test", &source, &launch, [1, 1, 1]).unwrap()
+    };
+    let ok = run(0, 0);
+    assert!(ok.passed(), "{:?}", ok.error);
+    assert!(ok.wmma && ok.max_abs < 1e-5, "{}", ok.max_abs);
+    let misaligned = run(2, 0).error.unwrap();
+    assert!(
+        misaligned.contains(
+            "load_matrix_sync: pointer at shared memory + 4 bytes is not 256-bit aligned"
+        ),
+        "{misaligned}"
+    );
+    let diverged = run(0, 1).error.unwrap();
+    assert!(
+        diverged.contains("lane 16 of warp 0 made 4 wmma calls, lane 0 5"),
+        "{diverged}"
+    );
+    let barrier = run(0, 2).error.unwrap();
+    assert!(
+        barrier.contains("thread 16 reached 0 barriers, thread 0 1"),
+        "{barrier}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The launch's info struct: runtime scalars by type in argument order, then the buffers'
+/// lengths, as cubecl's launcher packs them; the epilogue passes every buffer and defines the
+/// kernel's shared memory; the comparison applies the tolerance per value.
+#[cfg(feature = "cuda-source")]
+#[test]
+fn cuda_host_info_epilogue_and_comparison() {
+    use lab::kernels::cuda_host::{ArgKind, compare, epilogue, info_bytes};
+    use lab::kernels::cuda_source::KernelSource;
+    use lab::selfcheck::Tolerance;
+    const SOURCE: &str = "struct info_st {\n    float scalars_f32[2];\nuint32_t scalars_u32[2];uint32_t static_meta[4];\n};\n\
+extern \"C\" __global__ void __launch_bounds__(32)  k_1(float const* const __restrict__ v1, float * const __restrict__ v5, __grid_constant__ info_st const info_v9) {\n\
+extern __shared__ __align__(32) char v77[];uint32_t const v3 = 0;\n}\n";
+    let args = [
+        ArgKind::Buffer,
+        ArgKind::U32(33),
+        ArgKind::F32(0.5),
+        ArgKind::Buffer,
+        ArgKind::F32(-2.0),
+    ];
+    let words: Vec<u32> = info_bytes(SOURCE, &args, &[64, 128])
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(
+        words,
+        [0.5f32.to_bits(), (-2.0f32).to_bits(), 33, 0, 64, 128, 0, 0]
+    );
+    let too_many = [ArgKind::U32(1), ArgKind::U32(2), ArgKind::U32(3)];
+    let err = info_bytes(SOURCE, &too_many, &[]).unwrap_err();
+    assert!(err.contains("scalars_u32[2] cannot hold 3"), "{err}");
+
+    let mut source = KernelSource {
+        kernel: "k",
+        entry: "k_1".into(),
+        cube_dim: [32, 1, 1],
+        shared_bytes: 640,
+        uses: vec![],
+        source: SOURCE.into(),
+    };
+    let e = epilogue(&source).unwrap();
+    assert!(e.contains("alignas(128) char v77[640];"), "{e}");
+    assert!(
+        e.contains("k_1(lab_any{b[0]}, lab_any{b[1]}, info);"),
+        "{e}"
+    );
+    assert!(e.contains("lab_shared() { return v77; }"), "{e}");
+    source.source = SOURCE.replace("extern __shared__ __align__(32) char v77[];", "");
+    let e = epilogue(&source).unwrap();
+    assert!(e.contains("lab_shared() { return nullptr; }"), "{e}");
+    assert!(e.contains("lab_shared_size() { return 0; }"), "{e}");
+
+    let f = |v: &[f32]| vec![v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()];
+    let tol = Tolerance {
+        abs: 1e-3,
+        rel: 0.0,
+    };
+    let (max_abs, worst, err) = compare(&f(&[1.0, 2.0]), &f(&[1.0005, 2.0]), tol);
+    assert!((max_abs - 5e-4).abs() < 1e-6, "{max_abs}");
+    assert!((worst - 0.5).abs() < 1e-3 && err.is_none(), "{worst}");
+    let (_, worst, err) = compare(&f(&[1.0, 2.0]), &f(&[1.0, 2.002]), tol);
+    assert!(worst > 1.9 && err.unwrap().contains("buffer 0[1]"));
+    // Bit-identical NaNs (memory neither side wrote) agree; a NaN on one side does not.
+    let nan = f32::from_bits(0xffff_ffff);
+    assert!(compare(&f(&[nan]), &f(&[nan]), tol).2.is_none());
+    assert!(compare(&f(&[1.0]), &f(&[nan]), tol).2.is_some());
 }

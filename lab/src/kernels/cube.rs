@@ -140,7 +140,8 @@ pub enum CubeStrategy {
         /// Rows per tile (= units per cube), or `None` for the automatic choice.
         tile: Option<usize>,
     },
-    /// [`CubeStrategy::Cmma`] with [`CMMA_WIDE_PLANES`] planes per cube, each owning 16 query
+    /// [`CubeStrategy::Cmma`] with up to [`CMMA_WIDE_PLANES`] planes per cube (as many as fit
+    /// the device's shared memory and 48 KiB: [`cmma_fwd_shared_bytes`]), each owning 16 query
     /// rows and all of them sharing each key tile the cube loads (64 query rows per cube): the
     /// keys and values are read from global memory (L2) once per 64 query rows instead of once
     /// per 16. At 4096 tokens × 8 heads × head_dim 64 the one-plane kernel streams about 2 GB of
@@ -227,7 +228,8 @@ impl CubeAttentionParams {
     }
 }
 
-/// Planes (32 units, 16 query rows each) per cube of [`CubeStrategy::CmmaWide`].
+/// Planes (32 units, 16 query rows each) per cube of [`CubeStrategy::CmmaWide`], at most (fewer
+/// where the device's shared memory holds fewer).
 pub const CMMA_WIDE_PLANES: usize = 4;
 
 /// Shared memory budget of the tiled kernels, bytes.
@@ -278,7 +280,19 @@ macro_rules! launch {
             if let Some((props, target)) = super::cuda_source::capturing() {
                 super::cuda_source::record(
                     stringify!($k),
+                    super::cuda_source::count_of(&$count),
                     Box::new(kernels::$k::create_dummy_kernel(props, target, $count, $dim, $($arg),+)),
+                );
+            } else if super::cuda_host::teeing() {
+                let kinds = vec![$(super::cuda_host::TeeArg::kind(&$arg)),+];
+                let count = super::cuda_source::count_of(&$count);
+                let dim: CubeDim = $dim;
+                super::cuda_host::launch_teed(
+                    stringify!($k),
+                    count,
+                    [dim.0.x, dim.0.y, dim.0.z],
+                    kinds,
+                    || kernels::$k::launch($client, $count, $dim, $($arg),+),
                 );
             } else {
                 kernels::$k::launch($client, $count, $dim, $($arg),+);
@@ -2485,6 +2499,8 @@ fn upload(like: &CubeTensor, values: &[f64]) -> CubeTensor {
 }
 
 fn arg(t: &CubeTensor) -> BufferArg {
+    #[cfg(feature = "cuda-source")]
+    super::cuda_host::note_buffer(t);
     t.clone().into_buffer_arg()
 }
 
@@ -2770,6 +2786,37 @@ pub fn cmma_bwd_shared_bytes(
     (dq + tapa_extra, dkdv + tapa_extra)
 }
 
+/// Shared memory of the tensor-core forward `attn_fwd_cmma` with `planes` planes per cube, bytes,
+/// as cubecl-cpp lays it out for CUDA (each array aligned to 32 bytes): the plane's query tiles
+/// and a key and value tile in f16, each plane's `P` tile (f16), score tile(s) (f32; TAPA's
+/// quadratic phase two) and `P V` product (f32), the rows' rescaling factors, and the phase
+/// sums' slot (TAPA's linear phase; one float otherwise). Arguments as
+/// [`cmma_bwd_shared_bytes`]'s.
+pub fn cmma_fwd_shared_bytes(w: usize, d: usize, tapa: Option<bool>, planes: usize) -> usize {
+    let p = planes;
+    let scores = if tapa == Some(false) { 2048 } else { 1024 };
+    let sums = match tapa {
+        Some(true) => (4 * (16 * p + 16)).next_multiple_of(32),
+        _ => 32,
+    };
+    32 * p * w + 32 * w + 32 * d + 512 * p + scores * p + sums + 64 * p * d + 64 * p
+}
+
+/// Planes per cube of the tensor-core forward: 1 for `Cmma`; for `CmmaWide` the largest of
+/// [`CMMA_WIDE_PLANES`], 2, 1 whose kernel fits `max_shared` bytes and 48 KiB (lavapipe offers
+/// 32 KiB: two planes at head_dim 64; the H200 four).
+fn cmma_fwd_planes(strategy: &CubeStrategy, plan: &Plan, max_shared: usize) -> usize {
+    if !matches!(strategy, CubeStrategy::CmmaWide { .. }) {
+        return 1;
+    }
+    let budget = max_shared.min(48 * 1024);
+    let tapa = plan.tapa.then_some(plan.linear);
+    [CMMA_WIDE_PLANES, 2, 1]
+        .into_iter()
+        .find(|&p| cmma_fwd_shared_bytes(plan.w, plan.head_dim, tapa, p) <= budget)
+        .unwrap_or(1)
+}
+
 /// Planes per cube of the tensor-core backward: 1 for `Cmma`; for `CmmaWide` the largest of
 /// [`CMMA_WIDE_PLANES`], 2, 1 whose two kernels fit `max_shared` bytes and the 48 KiB a CUDA
 /// kernel may declare statically.
@@ -2841,10 +2888,7 @@ pub fn forward(
     let out = empty_like(&q, vec![b, h, l, d]);
     let lse = empty_like(&q, vec![b, h, l]);
     if let Some(path) = cmma_path(&q.client, &params.strategy, &plan) {
-        let planes = match params.strategy {
-            CubeStrategy::CmmaWide { .. } => CMMA_WIDE_PLANES,
-            _ => 1,
-        };
+        let planes = cmma_fwd_planes(&params.strategy, &plan, max_shared(&q.client));
         launch!(
             attn_fwd_cmma,
             &q.client,

@@ -36,8 +36,9 @@ use cubecl_cpp::cuda::mma::manual::contiguous_elements_cuda;
 use cubecl_cpp::shared::{CompilationOptions, CppCompiler, CppSupportedFeatures};
 use cubecl_cpp::target::Cuda;
 
-/// A kernel launch recorded while capturing: the kernel's name and the kernel itself.
-type Captured = (&'static str, Box<dyn CubeKernel>);
+/// A kernel launch recorded while capturing: the kernel's name, its cube count `[x, y, z]` and
+/// the kernel itself.
+pub type Captured = (&'static str, [u32; 3], Box<dyn CubeKernel>);
 
 struct Capture {
     props: Arc<DeviceProperties>,
@@ -56,12 +57,23 @@ pub(crate) fn capturing() -> Option<(Arc<DeviceProperties>, Arc<TargetProperties
 }
 
 /// Record a kernel a launch site built while capturing (a no-op otherwise).
-pub(crate) fn record(name: &'static str, kernel: Box<dyn CubeKernel>) {
+pub(crate) fn record(name: &'static str, count: [u32; 3], kernel: Box<dyn CubeKernel>) {
     CAPTURE.with_borrow_mut(|c| {
         if let Some(c) = c.as_mut() {
-            c.kernels.push((name, kernel));
+            c.kernels.push((name, count, kernel));
         }
     });
+}
+
+/// A static cube count as `[x, y, z]`.
+///
+/// # Panics
+/// On a dynamic count (read from a device buffer: none of the lab's launches uses one).
+pub(crate) fn count_of(count: &cubecl::CubeCount) -> [u32; 3] {
+    match count {
+        cubecl::CubeCount::Static(x, y, z) => [*x, *y, *z],
+        cubecl::CubeCount::Dynamic(_) => panic!("a dynamic cube count cannot be recorded"),
+    }
 }
 
 /// Run `f` with every launch of the lab's kernels on this thread captured for a CUDA device of
@@ -70,7 +82,7 @@ pub(crate) fn record(name: &'static str, kernel: Box<dyn CubeKernel>) {
 ///
 /// # Panics
 /// When called inside another capture.
-pub fn capture<T>(sm: u32, f: impl FnOnce() -> T) -> (T, Vec<(&'static str, Box<dyn CubeKernel>)>) {
+pub fn capture<T>(sm: u32, f: impl FnOnce() -> T) -> (T, Vec<Captured>) {
     struct End;
     impl Drop for End {
         fn drop(&mut self) {
@@ -197,7 +209,11 @@ pub struct KernelSource {
 ///
 /// # Errors
 /// A kernel whose expansion or compilation fails: one line naming it and cubecl's reason.
-pub fn compile(kernels: Vec<Captured>, sm: u32, label: &str) -> Result<Vec<KernelSource>, String> {
+pub fn compile(
+    kernels: Vec<(&'static str, Box<dyn CubeKernel>)>,
+    sm: u32,
+    label: &str,
+) -> Result<Vec<KernelSource>, String> {
     let options = compilation_options(sm);
     kernels
         .into_iter()
@@ -273,6 +289,7 @@ pub fn attention_sources(
                 let (out, lse) = cube::forward(q.clone(), k.clone(), v.clone(), &params);
                 let _ = cube::backward(q, k, v, out, lse, g, &params);
             });
+            let kernels = kernels.into_iter().map(|(n, _, k)| (n, k)).collect();
             merge(
                 &mut all,
                 compile(kernels, sm, &format!("{name}/{strategy_name}"))?,

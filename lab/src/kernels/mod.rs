@@ -9,6 +9,8 @@
 //!   NoPE, RoPE, PoPE and TAPA, behind the same backend extension.
 //! - `cuda_source` (feature `cuda-source`): the CUDA C++ those kernels compile to on an NVIDIA
 //!   GPU, generated without one (`lab bench cuda-source`).
+//! - `cuda_host` (feature `cuda-source`): that CUDA C++ run on the CPU, launch by launch, against
+//!   the same kernels on `wgpu` (`lab bench cuda-host`).
 //! - [`kernel_cache`]: CubeCL's on-disk cache of compiled kernels and autotune decisions
 //!   (`LAB_KERNEL_CACHE`), so the runs of a GPU sweep do not each compile everything again.
 
@@ -48,6 +50,8 @@ macro_rules! dispatch_simd {
 pub mod cpu;
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod cube;
+#[cfg(feature = "cuda-source")]
+pub mod cuda_host;
 #[cfg(feature = "cuda-source")]
 pub mod cuda_source;
 pub mod fused;
