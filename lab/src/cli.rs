@@ -549,6 +549,15 @@ fn cuda_host(
         layouts.split(',').map(str::trim).collect()
     };
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
+    // The device selfcheck's tolerances for the same kernels.
+    let tol = |t: lab::selfcheck::Tolerance| cuda_host::HostTolerance {
+        abs: t.abs,
+        rel: t.rel,
+    };
+    let tols = cuda_host::HostTolerances {
+        wmma: tol(lab::selfcheck::CMMA_TOL),
+        f32: tol(lab::selfcheck::ATTENTION_TOL),
+    };
     let device = Backend::Wgpu.device()?;
     let started = std::time::Instant::now();
     let checks = cuda_host::check_on_host(
@@ -560,6 +569,7 @@ fn cuda_host(
         seed,
         out,
         &cxx,
+        tols,
         |c| {
             let tc = if c.wmma { " [wmma]" } else { "" };
             let tc = match c.wgpu_config {

@@ -242,6 +242,20 @@ fn cxx() -> String {
     std::env::var("CXX").unwrap_or_else(|_| "c++".to_string())
 }
 
+/// The device selfcheck's tolerances for the same kernels, as `cuda_host` takes them.
+#[cfg(feature = "cuda-source")]
+fn host_tols() -> lab::kernels::cuda_host::HostTolerances {
+    use lab::kernels::cuda_host::{HostTolerance, HostTolerances};
+    let tol = |t: selfcheck::Tolerance| HostTolerance {
+        abs: t.abs,
+        rel: t.rel,
+    };
+    HostTolerances {
+        wmma: tol(selfcheck::CMMA_TOL),
+        f32: tol(selfcheck::ATTENTION_TOL),
+    }
+}
+
 /// The CUDA C++ of every launch of the layouts no GPU has run yet (the tensor-core `cmma`,
 /// `cmma-wide`, and `tiled-staged`, `tiled-split`), for every encoding, run on the host
 /// (`lab::kernels::cuda_host`) from the same inputs as the same launch on lavapipe, matches it;
@@ -268,6 +282,7 @@ fn cuda_sources_run_on_the_host_match_wgpu() {
         0,
         &dir,
         &cxx(),
+        host_tols(),
         |_| {},
     )
     .unwrap();
@@ -364,7 +379,16 @@ fn cuda_host_models_wmma_and_refuses_broken_launches() {
             before: vec![bytes(&a), bytes(&[0.0; 256])],
             after: vec![bytes(&a), bytes(&aat)],
         };
-        cuda_host::check_source(&dir, &cxx(), "test", &source, &launch, [1, 1, 1]).unwrap()
+        cuda_host::check_source(
+            &dir,
+            &cxx(),
+            "test",
+            &source,
+            &launch,
+            [1, 1, 1],
+            host_tols(),
+        )
+        .unwrap()
     };
     let ok = run(0, 0);
     assert!(ok.passed(), "{:?}", ok.error);
@@ -395,9 +419,8 @@ fn cuda_host_models_wmma_and_refuses_broken_launches() {
 #[cfg(feature = "cuda-source")]
 #[test]
 fn cuda_host_info_epilogue_and_comparison() {
-    use lab::kernels::cuda_host::{ArgKind, compare, epilogue, info_bytes};
+    use lab::kernels::cuda_host::{ArgKind, HostTolerance, compare, epilogue, info_bytes};
     use lab::kernels::cuda_source::KernelSource;
-    use lab::selfcheck::Tolerance;
     const SOURCE: &str = "struct info_st {\n    float scalars_f32[2];\nuint32_t scalars_u32[2];uint32_t static_meta[4];\n};\n\
 extern \"C\" __global__ void __launch_bounds__(32)  k_1(float const* const __restrict__ v1, float * const __restrict__ v5, __grid_constant__ info_st const info_v9) {\n\
 extern __shared__ __align__(32) char v77[];uint32_t const v3 = 0;\n}\n";
@@ -442,7 +465,7 @@ extern __shared__ __align__(32) char v77[];uint32_t const v3 = 0;\n}\n";
     assert!(e.contains("lab_shared_size() { return 0; }"), "{e}");
 
     let f = |v: &[f32]| vec![v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()];
-    let tol = Tolerance {
+    let tol = HostTolerance {
         abs: 1e-3,
         rel: 0.0,
     };

@@ -29,12 +29,31 @@ use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::BufferArg;
 
 use super::cuda_source::{self, KernelSource, NamedEncoding};
-use crate::selfcheck::{ATTENTION_TOL, CMMA_TOL, Tolerance};
 
 /// The host's view of CUDA (force-included before each kernel's source).
 const CUDA_HOST_H: &str = include_str!("cuda_host/cuda_host.h");
 /// The program that runs one kernel from a launch file.
 const HARNESS_CPP: &str = include_str!("cuda_host/harness.cpp");
+
+/// A tolerance `|host − wgpu| ≤ abs + rel·|wgpu|` per value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostTolerance {
+    /// Absolute part.
+    pub abs: f64,
+    /// Relative part.
+    pub rel: f64,
+}
+
+/// The tolerances of [`check_on_host`]: for the tensor-core kernels (their CUDA C++ calls
+/// `wmma`) and for the others. `lab bench cuda-host` and the tests pass the device selfcheck's
+/// for the same kernels (`lab::selfcheck::CMMA_TOL`, `ATTENTION_TOL`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostTolerances {
+    /// Kernels calling `wmma` (f16 operands).
+    pub wmma: HostTolerance,
+    /// The f32 kernels.
+    pub f32: HostTolerance,
+}
 
 /// A runtime argument of a kernel launch as the tee records it.
 #[derive(Clone, Debug, PartialEq)]
@@ -222,9 +241,8 @@ pub struct HostCheck {
     pub max_abs: f32,
     /// Largest |host − wgpu| / (abs + rel·|wgpu|) of the tolerance.
     pub worst_ratio: f32,
-    /// The tolerance applied: the device selfcheck's for that kernel ([`CMMA_TOL`] for the
-    /// tensor-core kernels, [`ATTENTION_TOL`] for the others).
-    pub tol: Tolerance,
+    /// The tolerance applied (of [`HostTolerances`], by `wmma`).
+    pub tol: HostTolerance,
     /// The CUDA launch's cube count and cube dim (what the host ran).
     pub cuda_config: ([u32; 3], [u32; 3]),
     /// The `wgpu` launch's, where they differ (the two devices chose different tilings for
@@ -247,8 +265,8 @@ impl HostCheck {
 /// seeded inputs of `shape` `[batch, heads, seq, head_dim]`: every lab kernel launch run on
 /// `device` (`wgpu`) and from its CUDA C++ for compute capability `sm` on the host, compared
 /// buffer by buffer. `dir` receives the sources, the compiled programs and the launch files;
-/// `cxx` is the host C++ compiler (C++20, `_Float16`: g++ ≥ 12 or clang ≥ 15). `progress`
-/// gets each check as it ends.
+/// `cxx` is the host C++ compiler (C++20, `_Float16`: g++ ≥ 12 or clang ≥ 15); `tols` the
+/// tolerances. `progress` gets each check as it ends.
 ///
 /// # Errors
 /// The directory cannot be written, the harness does not compile, a layout name is unknown, or
@@ -265,6 +283,7 @@ pub fn check_on_host(
     seed: u64,
     dir: &Path,
     cxx: &str,
+    tols: HostTolerances,
     mut progress: impl FnMut(&HostCheck),
 ) -> Result<Vec<HostCheck>, String> {
     use super::cube::{self, CubeAttentionParams, CubeStrategy};
@@ -330,7 +349,16 @@ pub fn check_on_host(
                         p
                     }
                 };
-                let check = run_one(dir, &label, launch, source, *count, program, checks.len());
+                let check = run_one(
+                    dir,
+                    &label,
+                    launch,
+                    source,
+                    *count,
+                    program,
+                    checks.len(),
+                    tols,
+                );
                 progress(&check);
                 checks.push(check);
             }
@@ -353,11 +381,12 @@ pub fn check_source(
     source: &KernelSource,
     launch: &TeedLaunch,
     count: [u32; 3],
+    tols: HostTolerances,
 ) -> Result<HostCheck, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let harness = build_harness(dir, cxx)?;
     let program = build_kernel(dir, source, cxx, &harness);
-    Ok(run_one(dir, label, launch, source, count, program, 0))
+    Ok(run_one(dir, label, launch, source, count, program, 0, tols))
 }
 
 /// Compile the harness once per directory: `dir/harness.o`.
@@ -622,7 +651,7 @@ fn read_output(path: &Path) -> Result<Vec<Vec<u8>>, String> {
 pub fn compare(
     expected: &[Vec<u8>],
     actual: &[Vec<u8>],
-    tol: Tolerance,
+    tol: HostTolerance,
 ) -> (f32, f32, Option<String>) {
     let mut max_abs = 0.0f32;
     let mut worst = 0.0f32;
@@ -670,6 +699,7 @@ pub fn compare(
     (max_abs, worst, first)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_one(
     dir: &Path,
     label: &str,
@@ -678,9 +708,10 @@ fn run_one(
     count: [u32; 3],
     program: Result<PathBuf, String>,
     index: usize,
+    tols: HostTolerances,
 ) -> HostCheck {
     let wmma = source.source.contains("nvcuda::wmma::mma_sync");
-    let tol = if wmma { CMMA_TOL } else { ATTENTION_TOL };
+    let tol = if wmma { tols.wmma } else { tols.f32 };
     let mut check = HostCheck {
         label: label.to_string(),
         kernel: launch.kernel,
