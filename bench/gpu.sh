@@ -18,14 +18,14 @@
 #   (cubecl-llvm downloads its LLVM bundle on the first build), and also runs the cube_bench example.
 # Either needs a CUDA driver (cubecl-cuda loads it and NVRTC at run time) and a CUDA build of
 # PyTorch >= 2.5 (FlexAttention) for the baselines. Writes into $OUT (default results/bench/gpu):
-# gpu.txt, ldd.txt, selfcheck-new.txt, selfcheck.txt, cube.jsonl, cube-split.jsonl, cube-staged.jsonl, cube-cmma.jsonl, cube-cmma-wide.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
+# gpu.txt, ldd.txt, selfcheck-new.txt, selfcheck.txt, cube.jsonl, cube-split.jsonl, cube-staged.jsonl, cube-cmma.jsonl, cube-cmma-wide.jsonl, cube-library.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
 # train-step-lab.json, train-step-lab.log, train-step-lab-warm.json, train-step-lab-warm.log, train-step-torch.jsonl, kernel-cache-size.txt, cubecl-compile.log, cubecl-autotune.log, indirect-full.log (+ indirect-full/).
 #
 # Two parts (PART=1, PART=2; default all), so that a 15-minute device budget runs them as two calls: part 1 is what
 # no GPU has measured yet (the training step cold and warm, the GPU sweep's runs/hour, the timings of the layouts
 # never run on a GPU), part 2 first checks those layouts (`lab selfcheck --layouts
 # cmma,cmma-wide,tiled-staged,tiled-split`, NEW_CHECK_S 150 s, each layout announced as it ends: a part-1 timing counts only if its checks pass), then
-# the default layout's timings and PyTorch SDPA, the full selfcheck under SELFCHECK_S 150 s, indirect-indexing, the
+# the default layout's timings and PyTorch SDPA, CubeCL's library attention (LIBRARY_S), the full selfcheck under SELFCHECK_S 150 s, indirect-indexing, the
 # CPU sweep, FlexAttention; PART=2 keeps part 1's kernel cache.
 # Order (2026-12-05), each step under its own limit so that one slow step cannot take the rest. Part 1: the
 # training step cold (TRAIN_S, 150 s: the first GPU run's `lab bench train-step` printed nothing within 60 s) and
@@ -45,7 +45,8 @@
 # SPLIT_S (50) and SPLIT_ENCODINGS (nope,pope,tapa: the op again with --strategy tiled-split, into cube-split.jsonl),
 # STAGED_S (50) and STAGED_ENCODINGS (nope,pope,tapa: the op with --strategy tiled-staged, into cube-staged.jsonl),
 # CMMA_S (45) and CMMA_ENCODINGS (nope,rope,pope,tapa: the op again with --strategy cmma, into cube-cmma.jsonl,
-# and with --strategy cmma-wide, into cube-cmma-wide.jsonl, CMMA_S each),
+# and with --strategy cmma-wide, into cube-cmma-wide.jsonl, CMMA_S each), LIBRARY_S (40; 0 skips it: part 2, CubeCL's
+# own flash attention forward for nope,rope,pope with --strategy library, into cube-library.jsonl),
 # BACKEND (cuda; cpu or wgpu to rehearse on a CPU machine), INDIRECT_S (seconds of indirect-indexing `full`, 45),
 # INDIRECT_JOBS (its runs at once on the GPU, 1), SWEEP_S and SWEEP_JOBS (the default block-width sweep with that many
 # run processes sharing the GPU, for runs/hour: 45 s, 4), CPU_SWEEP_S and CPU_SWEEP_JOBS (the same sweep on the
@@ -81,6 +82,7 @@ SPLIT_ENCODINGS=${SPLIT_ENCODINGS:-nope,pope,tapa}
 STAGED_S=${STAGED_S:-50}
 STAGED_ENCODINGS=${STAGED_ENCODINGS:-nope,pope,tapa}
 CMMA_S=${CMMA_S:-45}
+LIBRARY_S=${LIBRARY_S:-40}
 CMMA_ENCODINGS=${CMMA_ENCODINGS:-nope,rope,pope,tapa}
 SELFCHECK=${SELFCHECK:-1}
 SELFCHECK_S=${SELFCHECK_S:-150}
@@ -229,6 +231,13 @@ if (( ${#sdpa[@]} )); then
     sdpa_list=$(IFS=,; echo "${sdpa[*]}")
     timeout "$SDPA_S" "$PYTHON" "$HERE/gpu_attention.py" --device cuda --dtypes bf16,f32 --encodings "$sdpa_list" "${shape[@]}" \
         --out "$OUT/torch.jsonl" "${cube_arg[@]}" | tee "$OUT/ratios-sdpa.txt" || echo "PyTorch SDPA timings stopped"
+fi
+# CubeCL's own flash attention (burn-cubecl's autotuned `attention` op, cubek) on the lab's transformed rows,
+# f16 inputs, forward only: how far CubeCL itself gets on this GPU, beside FA-2 and the lab's tensor-core layouts.
+if [[ $CARGO_ROUTE == 0 && $LIBRARY_S != 0 ]]; then
+    section "CubeCL's library attention, forward (nope,rope,pope; at most $LIBRARY_S s)"
+    timeout "$LIBRARY_S" "$LAB" bench attention --backend "$BACKEND" --encodings nope,rope,pope --strategy library \
+        "${shape[@]}" > "$OUT/cube-library.jsonl" || echo "lab bench attention --strategy library stopped (exit $?)"
 fi
 if [[ $SELFCHECK == 1 ]]; then
     section "lab selfcheck --backend $BACKEND (every group; at most $SELFCHECK_S s)"

@@ -50,8 +50,12 @@ pub struct AttentionBench {
     pub head_dim: usize,
     /// Median ms of a forward call (with sync).
     pub fwd_ms: f64,
-    /// Median ms of a forward and a backward call of `Σ out ⊙ G` (with sync).
+    /// Median ms of a forward and a backward call of `Σ out ⊙ G` (with sync); NaN (JSON
+    /// `null`) for the `library` row, which has no backward.
     pub fwd_bwd_ms: f64,
+    /// The `library` row only: largest |out − the lab's `tiled` forward| on the same inputs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_max_diff: Option<f64>,
 }
 
 fn median(mut t: Vec<f64>) -> f64 {
@@ -191,7 +195,83 @@ pub fn bench_attention(
         head_dim: d,
         fwd_ms,
         fwd_bwd_ms,
+        out_max_diff: None,
     })
+}
+
+/// `lab bench attention --strategy library` (`wgpu`/`cuda`): the forward of CubeCL's own library
+/// flash attention ([`crate::kernels::cube::library_forward`]: the lab's transformed rows, f16
+/// inputs, burn-cubecl's autotuned `attention` op) for a dot-product `encoding` at `shape`, on the
+/// inputs [`bench_attention`] draws; `out_max_diff` against the lab's `tiled` forward. A
+/// reference for the tensor-core layouts, forward only (`fwd_bwd_ms` NaN).
+///
+/// # Errors
+/// As [`bench_attention`]; TAPA (no dot-product score); the library's refusal; a build without
+/// `wgpu`/`cuda`.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub fn bench_library_attention(
+    device: &Device,
+    backend: &str,
+    encoding: &str,
+    shape: [usize; 4],
+    warmup: usize,
+    iters: usize,
+) -> Result<AttentionBench, String> {
+    use crate::kernels::cube::{self, CubeAttentionParams, CubeStrategy};
+    let [b, h, l, d] = shape;
+    let (kernel_encoding, delta) = bench_encoding(encoding, h, d)?;
+    let n = b * h * l * d;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let mut random = || -> Vec<f32> { (0..n).map(|_| rng.random_range(-1.0..1.0)).collect() };
+    let (q, k, v) = (random(), random(), random());
+    let (q, k, v) = [q, k, v]
+        .map(|x| cube::host_to_cube(&x, shape, device))
+        .into();
+    let delta = delta.map(|x| cube::host_to_cube(&x, [h * d], device));
+    let mut params = CubeAttentionParams::from_kernel_encoding(kernel_encoding, delta);
+    params.strategy = CubeStrategy::parse("tiled")?;
+    let attend = || cube::library_forward(q.clone(), k.clone(), v.clone(), &params);
+    let got = cube::cube_to_host(attend()?);
+    let want = cube::cube_to_host(cube::forward(q.clone(), k.clone(), v.clone(), &params).0);
+    let out_max_diff = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| f64::from((a - b).abs()))
+        .fold(0.0, f64::max);
+    let fwd_ms = time_ms(
+        || {
+            let _ = attend();
+        },
+        warmup,
+        iters,
+        device,
+    );
+    Ok(AttentionBench {
+        encoding: encoding.to_string(),
+        backend: backend.to_string(),
+        strategy: "library",
+        dtype: "f16",
+        batch: b,
+        heads: h,
+        seq: l,
+        head_dim: d,
+        fwd_ms,
+        fwd_bwd_ms: f64::NAN,
+        out_max_diff: Some(out_max_diff),
+    })
+}
+
+/// Without `wgpu`/`cuda`: one line saying so.
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+pub fn bench_library_attention(
+    _device: &Device,
+    _backend: &str,
+    _encoding: &str,
+    _shape: [usize; 4],
+    _warmup: usize,
+    _iters: usize,
+) -> Result<AttentionBench, String> {
+    Err("--strategy library: CubeCL's library attention needs a build with the cargo feature `wgpu` or `cuda`".into())
 }
 
 #[cfg(test)]

@@ -389,7 +389,17 @@ impl BenchCmd {
                         "--strategy {strategy}: a CubeCL kernel layout, for --backend wgpu or cuda (the CPU's Rust kernels have one)"
                     );
                 }
-                lab::kernels::set_cube_strategy(&strategy).map_err(anyhow::Error::msg)?;
+                let library = strategy == "library";
+                if library {
+                    if let Some(tapa) = encodings.split(',').find(|e| e.trim().starts_with("tapa"))
+                    {
+                        anyhow::bail!(
+                            "--encodings {tapa}: --strategy library computes dot-product scores only (nope, rope, pope)"
+                        );
+                    }
+                } else {
+                    lab::kernels::set_cube_strategy(&strategy).map_err(anyhow::Error::msg)?;
+                }
                 let label: &'static str = match backend {
                     Backend::Cpu => "op",
                     _ => lab::kernels::CUBE_STRATEGIES
@@ -411,11 +421,30 @@ impl BenchCmd {
                 let mut lines = Vec::new();
                 for l in seq.into_iter().map(|l| l as usize) {
                     for &enc in &encodings {
+                        let shape = [batch as usize, heads as usize, l, head_dim as usize];
+                        if library {
+                            let r = lab::bench::bench_library_attention(
+                                &device,
+                                backend.name(),
+                                enc,
+                                shape,
+                                warmup as usize,
+                                iters as usize,
+                            )
+                            .map_err(anyhow::Error::msg)?;
+                            eprintln!(
+                                "bench attention: {enc} seq {l} (library): fwd {:.3} ms, max |out - tiled| {:.1e}",
+                                r.fwd_ms,
+                                r.out_max_diff.unwrap_or(f64::NAN)
+                            );
+                            lines.push(serde_json::to_string(&r)?);
+                            continue;
+                        }
                         let r = lab::bench::bench_attention(
                             &device,
                             backend.name(),
                             enc,
-                            [batch as usize, heads as usize, l, head_dim as usize],
+                            shape,
                             warmup as usize,
                             iters as usize,
                         )
@@ -705,8 +734,11 @@ pub enum BenchCmd {
         /// `tiled-staged` (the backward's own rows in shared memory, only accumulators in
         /// registers), `cmma-wide` (`cmma` with 4 planes per cube sharing each key tile), or
         /// `cmma` (forward and backward on tensor cores, f16 operands; emulated where the device
-        /// has none; `dtype` in the output says which ran).
-        #[arg(long, default_value = "tiled", value_parser = clap::builder::PossibleValuesParser::new(lab::kernels::CUBE_STRATEGIES))]
+        /// has none; `dtype` in the output says which ran); or `library`, not a layout of the
+        /// lab's kernels: CubeCL's own flash attention (burn-cubecl's autotuned `attention` op)
+        /// on the lab's transformed rows, f16 inputs, forward only, for NoPE, RoPE and PoPE
+        /// (`out_max_diff`: against the `tiled` forward), a reference for the tensor-core layouts.
+        #[arg(long, default_value = "tiled", value_parser = clap::builder::PossibleValuesParser::new(lab::kernels::CUBE_STRATEGIES.into_iter().chain(["library"])))]
         strategy: String,
     },
     /// Write the CUDA C++ of the lab's attention kernels for an NVIDIA GPU of compute capability

@@ -479,3 +479,24 @@ extern __shared__ __align__(32) char v77[];uint32_t const v3 = 0;\n}\n";
     assert!(compare(&f(&[nan]), &f(&[nan]), tol).2.is_none());
     assert!(compare(&f(&[1.0]), &f(&[nan]), tol).2.is_some());
 }
+
+/// CubeCL's own library attention on the lab's transformed rows (`cube::library_forward`, the
+/// reference row of `lab bench attention --strategy library`; on lavapipe burn-cubecl's unfused
+/// fallback, f16 inputs) matches the lab's f32 forward for NoPE, RoPE and PoPE within f16 input
+/// rounding (`CMMA_TOL` at |out| ≤ 1: 1.5e-2); TAPA is refused in one line.
+#[test]
+fn library_forward_matches_the_lab_forward() {
+    for enc in ["nope", "rope", "pope"] {
+        let r = lab::bench::bench_library_attention(&wgpu(), "wgpu", enc, [1, 2, 33, 32], 0, 1)
+            .unwrap();
+        let diff = r.out_max_diff.unwrap();
+        assert!(
+            diff > 0.0 && diff < 1.5e-2,
+            "{enc}: max |out - tiled| {diff}"
+        );
+        assert!(r.fwd_ms > 0.0 && r.fwd_bwd_ms.is_nan() && r.strategy == "library");
+    }
+    let err = lab::bench::bench_library_attention(&wgpu(), "wgpu", "tapa", [1, 2, 33, 32], 0, 1)
+        .unwrap_err();
+    assert!(err.contains("not a dot product"), "{err}");
+}

@@ -142,7 +142,7 @@ pub enum CubeStrategy {
     },
     /// [`CubeStrategy::Cmma`] with up to [`CMMA_WIDE_PLANES`] planes per cube (as many as fit
     /// the device's shared memory and 48 KiB: [`cmma_fwd_shared_bytes`]), each owning 16 query
-    /// rows and all of them sharing each key tile the cube loads (64 query rows per cube): the
+    /// rows and all of them sharing each key tile the cube loads (up to 64 query rows per cube): the
     /// keys and values are read from global memory (L2) once per 64 query rows instead of once
     /// per 16. At 4096 tokens × 8 heads × head_dim 64 the one-plane kernel streams about 2 GB of
     /// f32 keys and values per call (by estimate 0.2–0.3 ms at an assumed 7–10 TB/s of L2
@@ -2787,7 +2787,7 @@ pub fn cmma_bwd_shared_bytes(
 }
 
 /// Shared memory of the tensor-core forward `attn_fwd_cmma` with `planes` planes per cube, bytes,
-/// as cubecl-cpp lays it out for CUDA (each array aligned to 32 bytes): the plane's query tiles
+/// as cubecl-cpp lays it out for CUDA (each array aligned to 32 bytes): the planes' query tiles
 /// and a key and value tile in f16, each plane's `P` tile (f16), score tile(s) (f32; TAPA's
 /// quadratic phase two) and `P V` product (f32), the rows' rescaling factors, and the phase
 /// sums' slot (TAPA's linear phase; one float otherwise). Arguments as
@@ -2966,6 +2966,53 @@ pub fn forward(
         }
     }
     (out, lse)
+}
+
+/// The causal attention forward of CubeCL's own library kernel — cubek-attention's flash
+/// attention behind burn-cubecl's `attention` op (autotuned among its tensor-core and unit
+/// routines and its unfused fallback where burn-cubecl's `autotune` feature is on, as in the
+/// `cuda` build; the fallback elsewhere) — on the lab's transformed rows, f16 inputs: a
+/// reference for how far CubeCL itself gets on this GPU (`lab bench attention --strategy
+/// library`), not a layout of [`forward`] (no `lse`, no backward).
+///
+/// `q̃ = scale·√w · q̃` so that the library's default `1/√w` gives the lab's score (the flash
+/// routines take no scale). Returns `out [batch, heads, seq, head_dim]` (f32).
+///
+/// # Errors
+/// TAPA (its score is not a dot product), or the library's refusal (one line).
+pub fn library_forward(
+    q: CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    params: &CubeAttentionParams,
+) -> Result<CubeTensor, String> {
+    use burn::backend::Scalar;
+    use burn::tensor::FloatDType;
+    use burn_cubecl::kernel::attention::{AttentionStrategy, attention};
+    let shape = validate(&q, &k, &v);
+    let (q, k, v) = (prepare(q, "q"), prepare(k, "k"), prepare(v, "v"));
+    let enc = prepare_encoding(&params.encoding);
+    let plan = Plan::new(shape, &enc);
+    if plan.tapa {
+        return Err("TAPA's score is not a dot product: no library kernel computes it".into());
+    }
+    let (qt, kt) = transform(&q, &k, &enc, &plan);
+    let [b, h, l, _] = shape;
+    let rows = |t: CubeTensor, w: usize| {
+        let t = CubeBackend::float_reshape(t, Shape::from(vec![b, h, l, w]));
+        CubeBackend::float_cast(t, FloatDType::F16)
+    };
+    let prescale = plan.scale * (plan.w as f32).sqrt();
+    let qt = CubeBackend::float_mul_scalar(qt, Scalar::new(prescale, &DType::F32));
+    let (qt, kt, v) = (rows(qt, plan.w), rows(kt, plan.w), rows(v, plan.head_dim));
+    let options = burn::backend::ops::AttentionModuleOptions {
+        scale: Some(1.0 / (plan.w as f64).sqrt()),
+        softcap: None,
+        is_causal: true,
+    };
+    let out = attention(qt, kt, v, None, None, options, AttentionStrategy::default())
+        .map_err(|e| format!("the library attention refused: {e:?}"))?;
+    Ok(CubeBackend::float_cast(out, FloatDType::F32))
 }
 
 /// Causal attention backward.
