@@ -231,8 +231,10 @@ pub fn bench_library_attention(
     let mut params = CubeAttentionParams::from_kernel_encoding(kernel_encoding, delta);
     params.strategy = CubeStrategy::parse("tiled")?;
     let attend = || cube::library_forward(q.clone(), k.clone(), v.clone(), &params);
-    let got = cube::cube_to_host(attend()?);
-    let want = cube::cube_to_host(cube::forward(q.clone(), k.clone(), v.clone(), &params).0);
+    let got = cube::try_cube_to_host(attend()?)
+        .map_err(|e| format!("--strategy library at seq {l}: the library attention: {e}"))?;
+    let want = cube::try_cube_to_host(cube::forward(q.clone(), k.clone(), v.clone(), &params).0)
+        .map_err(|e| format!("--strategy library at seq {l}: the lab's tiled forward: {e}"))?;
     let out_max_diff = got
         .iter()
         .zip(&want)

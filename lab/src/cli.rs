@@ -384,20 +384,18 @@ impl BenchCmd {
                 iters,
                 strategy,
             } => {
-                if backend == Backend::Cpu && strategy != "tiled" {
-                    anyhow::bail!(
-                        "--strategy {strategy}: a CubeCL kernel layout, for --backend wgpu or cuda (the CPU's Rust kernels have one)"
-                    );
-                }
                 let library = strategy == "library";
-                if library {
-                    if let Some(tapa) = encodings.split(',').find(|e| e.trim().starts_with("tapa"))
-                    {
+                if backend == Backend::Cpu && strategy != "tiled" {
+                    if library {
                         anyhow::bail!(
-                            "--encodings {tapa}: --strategy library computes dot-product scores only (nope, rope, pope)"
+                            "--strategy library: CubeCL's library attention runs on --backend wgpu or cuda"
                         );
                     }
-                } else {
+                    anyhow::bail!(
+                        "--strategy {strategy}: a layout of the CubeCL kernels, for --backend wgpu or cuda (--backend cpu has one kernel: leave --strategy at tiled)"
+                    );
+                }
+                if !library {
                     lab::kernels::set_cube_strategy(&strategy).map_err(anyhow::Error::msg)?;
                 }
                 let label: &'static str = match backend {
@@ -407,7 +405,7 @@ impl BenchCmd {
                         .find(|n| *n == strategy)
                         .unwrap_or("tiled"),
                 };
-                let encodings: Vec<&str> = encodings.split(',').map(str::trim).collect();
+                let encodings: Vec<&str> = distinct(&encodings);
                 if let Some(bad) = encodings
                     .iter()
                     .find(|e| !lab::bench::BENCH_ENCODINGS.contains(e))
@@ -415,6 +413,34 @@ impl BenchCmd {
                     anyhow::bail!(
                         "--encodings: unknown encoding `{bad}` (allowed: {})",
                         lab::bench::BENCH_ENCODINGS.join(", ")
+                    );
+                }
+                // The library computes dot-product scores only: TAPA (in the default list too)
+                // is skipped with a note, or refused if nothing else is left.
+                let encodings: Vec<&str> = if library {
+                    let (tapa, rest): (Vec<&str>, Vec<&str>) =
+                        encodings.iter().partition(|e| e.starts_with("tapa"));
+                    if rest.is_empty() {
+                        anyhow::bail!(
+                            "--encodings {}: --strategy library computes dot-product scores only (nope, rope, pope)",
+                            tapa.join(",")
+                        );
+                    }
+                    if !tapa.is_empty() {
+                        eprintln!(
+                            "bench attention: --strategy library skips {} (TAPA's score is not a dot product)",
+                            tapa.join(", ")
+                        );
+                    }
+                    rest
+                } else {
+                    encodings
+                };
+                let elements = u64::from(batch) * u64::from(heads) * u64::from(head_dim);
+                if let Some(&l) = seq.iter().find(|&&l| elements * u64::from(l) > 1 << 30) {
+                    anyhow::bail!(
+                        "--batch × --heads × --seq × --head-dim = {} elements per tensor at seq {l}: at most 2^30 (4 GiB of f32 each)",
+                        elements * u64::from(l)
                     );
                 }
                 let device = backend.device()?;
@@ -563,20 +589,30 @@ fn cuda_host(
 ) -> anyhow::Result<String> {
     use lab::kernels::cuda_host;
     let [_, heads, _, head_dim] = shape;
-    let encodings = encodings
-        .split(',')
-        .map(str::trim)
+    let encodings = distinct(encodings)
+        .into_iter()
         .map(|name| {
             let (encoding, delta) = lab::bench::bench_encoding(name, heads, head_dim)?;
             Ok((name.to_string(), encoding, delta))
         })
         .collect::<Result<Vec<_>, String>>()
         .map_err(anyhow::Error::msg)?;
-    let layouts: Vec<&str> = if layouts == "all" {
+    let layouts: Vec<&str> = if layouts.trim() == "all" {
         lab::kernels::CUBE_STRATEGIES.to_vec()
     } else {
-        layouts.split(',').map(str::trim).collect()
+        distinct(layouts)
     };
+    if let Some(bad) = layouts
+        .iter()
+        .find(|l| !lab::kernels::CUBE_STRATEGIES.contains(l))
+    {
+        anyhow::bail!(
+            "--layouts: unknown layout `{bad}` (allowed: `all`, or a comma list of {})",
+            lab::kernels::CUBE_STRATEGIES.join(", ")
+        );
+    }
+    std::fs::create_dir_all(out)
+        .map_err(|e| anyhow::anyhow!("--out {}: cannot create the folder: {e}", out.display()))?;
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
     // The device selfcheck's tolerances for the same kernels.
     let tol = |t: lab::selfcheck::Tolerance| cuda_host::HostTolerance {
@@ -638,6 +674,17 @@ fn cuda_host(
         checks.len(),
         started.elapsed().as_secs_f64()
     ))
+}
+
+/// The distinct trimmed, non-empty items of a comma list, in first-seen order.
+fn distinct(list: &str) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    out
 }
 
 #[cfg(not(feature = "cuda-source"))]
@@ -782,8 +829,9 @@ pub enum BenchCmd {
         /// Working directory for the sources, programs and launch files (created).
         #[arg(long)]
         out: PathBuf,
-        /// Compute capability ×10 of the GPU compiled for (90: H100/H200; 50..=120).
-        #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(50..=120))]
+        /// Compute capability ×10 of the GPU compiled for (90: H100/H200; 70..=120: the host
+        /// runs kernels whose launch parameters are grid constants, sm 70 and later).
+        #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u32).range(70..=120))]
         sm: u32,
         /// Heads (1..=64).
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]

@@ -3418,6 +3418,15 @@ pub fn host_to_cube<const N: usize>(
 /// # Panics
 /// If the kernel launch or the read failed, or on another rank.
 pub fn cube_to_host(t: CubeTensor) -> Vec<f32> {
+    try_cube_to_host(t).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`cube_to_host`] with a failed launch or read (a device out of memory, a kernel the device
+/// refused) as an error: its first line.
+///
+/// # Panics
+/// On a rank other than 1 to 4.
+pub fn try_cube_to_host(t: CubeTensor) -> Result<Vec<f32>, String> {
     use burn::tensor::Tensor;
     type C = burn::backend::Cube;
     let rank = t.shape().num_dims();
@@ -3429,9 +3438,26 @@ pub fn cube_to_host(t: CubeTensor) -> Vec<f32> {
         4 => Tensor::<4>::from_primitive::<C>(t).try_into_data(),
         r => panic!("cube_to_host: rank {r} tensor (1 to 4 supported)"),
     };
-    data.expect("kernel launch or read failed")
-        .try_to_vec::<f32>()
-        .expect("f32 kernel output")
+    let data = data.map_err(|e| {
+        // The first line says what failed, the last the innermost cause (burn's error chain).
+        let text = format!("{e}");
+        let boilerplate = [
+            "Caused by:",
+            "Backtrace",
+            "No backtrace available",
+            "Asked at:",
+        ];
+        let mut lines = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !boilerplate.contains(l));
+        let first = lines.next().unwrap_or("no message");
+        match lines.last() {
+            Some(cause) => format!("kernel launch or read failed: {first} ({cause})"),
+            None => format!("kernel launch or read failed: {first}"),
+        }
+    })?;
+    Ok(data.try_to_vec::<f32>().expect("f32 kernel output"))
 }
 
 impl CubePrimitives for CubeBackend {

@@ -288,7 +288,18 @@ pub fn check_on_host(
 ) -> Result<Vec<HostCheck>, String> {
     use super::cube::{self, CubeAttentionParams, CubeStrategy};
     use rand::{Rng, SeedableRng};
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create the folder {}: {e}", dir.display()))?;
+    // A previous run's launch and output files would mix with this run's.
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if (name.starts_with("launch-") || name.starts_with("out-")) && name.ends_with(".bin") {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
     let harness = build_harness(dir, cxx)?;
     let [_, heads, _, head_dim] = shape;
     let n: usize = shape.iter().product();
@@ -383,13 +394,16 @@ pub fn check_source(
     count: [u32; 3],
     tols: HostTolerances,
 ) -> Result<HostCheck, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create the folder {}: {e}", dir.display()))?;
     let harness = build_harness(dir, cxx)?;
     let program = build_kernel(dir, source, cxx, &harness);
     Ok(run_one(dir, label, launch, source, count, program, 0, tols))
 }
 
-/// Compile the harness once per directory: `dir/harness.o`.
+/// Compile the harness once per directory (`dir/harness.o`) and prove the toolchain: a probe
+/// program built from `cuda_host.h` and the harness must link and run (a C compiler that cannot
+/// link C++, a compiler without `_Float16`, fail here in one line, not as every kernel failing).
 fn build_harness(dir: &Path, cxx: &str) -> Result<PathBuf, String> {
     for (file, text) in [
         ("cuda_host.h", CUDA_HOST_H),
@@ -397,6 +411,7 @@ fn build_harness(dir: &Path, cxx: &str) -> Result<PathBuf, String> {
         // The sources' own includes: everything they need is in cuda_host.h.
         ("mma.h", "#pragma once\n"),
         ("cuda_fp16.h", "#pragma once\n"),
+        ("probe.cu", PROBE_CU),
     ] {
         let path = dir.join(file);
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -409,13 +424,54 @@ fn build_harness(dir: &Path, cxx: &str) -> Result<PathBuf, String> {
             .arg("-o")
             .arg(&object),
         cxx,
+        "compiling the harness",
     )?;
+    let probe = dir.join("probe");
+    compile_cmd(
+        &mut host_program(cxx, dir, &dir.join("probe.cu"), &object, &probe),
+        cxx,
+        "linking a probe kernel with the harness",
+    )?;
+    // No launch file: the probe must start and refuse its arguments (exit status 2).
+    let ran = Command::new(&probe)
+        .output()
+        .map_err(|e| format!("{}: {e}", probe.display()))?;
+    if ran.status.code() != Some(2) {
+        return Err(format!(
+            "CXX={cxx}: the probe program built from the harness exited with {}",
+            ran.status
+        ));
+    }
     Ok(object)
 }
 
-fn compile_cmd(cmd: &mut Command, cxx: &str) -> Result<(), String> {
+/// A kernel translation unit with nothing in it but the epilogue's symbols (the toolchain
+/// probe of [`build_harness`]).
+const PROBE_CU: &str = "extern \"C\" void lab_entry(void **, const void *) {}\n\
+extern \"C\" unsigned lab_info_size() { return sizeof(__half); }\n\
+extern \"C\" char *lab_shared() { return nullptr; }\n\
+extern \"C\" unsigned lab_shared_size() { return 0; }\n";
+
+/// The command compiling kernel source `cu` (with `cuda_host.h` force-included) and linking it
+/// with the harness object into `program`.
+fn host_program(cxx: &str, dir: &Path, cu: &Path, harness: &Path, program: &Path) -> Command {
+    let mut cmd = Command::new(cxx);
+    cmd.args(["-std=c++20", "-O1", "-pthread", "-include"])
+        .arg(dir.join("cuda_host.h"))
+        .arg("-I")
+        .arg(dir)
+        .args(["-x", "c++"])
+        .arg(cu)
+        .args(["-x", "none"])
+        .arg(harness)
+        .arg("-o")
+        .arg(program);
+    cmd
+}
+
+fn compile_cmd(cmd: &mut Command, cxx: &str, what: &str) -> Result<(), String> {
     let out = cmd.output().map_err(|e| {
-        format!("{cxx}: {e} (set CXX to a C++20 compiler with _Float16: g++ 12 or later)")
+        format!("CXX={cxx}: {e} (set CXX to a C++20 compiler with _Float16: g++ 12 or later)")
     })?;
     if out.status.success() {
         Ok(())
@@ -424,8 +480,9 @@ fn compile_cmd(cmd: &mut Command, cxx: &str) -> Result<(), String> {
         let first = text
             .lines()
             .find(|l| l.contains("error"))
-            .unwrap_or_else(|| text.lines().next().unwrap_or("no output"));
-        Err(format!("{cxx} failed: {first}"))
+            .or_else(|| text.lines().find(|l| !l.trim().is_empty()))
+            .unwrap_or("no output");
+        Err(format!("CXX={cxx}: {what} failed: {first}"))
     }
 }
 
@@ -584,18 +641,9 @@ fn build_kernel(
     std::fs::write(&cu, text).map_err(|e| format!("{}: {e}", cu.display()))?;
     let program = dir.join(&source.entry);
     compile_cmd(
-        Command::new(cxx)
-            .args(["-std=c++20", "-O1", "-pthread", "-include"])
-            .arg(dir.join("cuda_host.h"))
-            .arg("-I")
-            .arg(dir)
-            .args(["-x", "c++"])
-            .arg(&cu)
-            .args(["-x", "none"])
-            .arg(harness)
-            .arg("-o")
-            .arg(&program),
+        &mut host_program(cxx, dir, &cu, harness, &program),
         cxx,
+        &format!("compiling {}", source.entry),
     )?;
     Ok(program)
 }
