@@ -551,3 +551,37 @@ fn missing_required_argument_is_named() {
         "error: the following required arguments were not provided: --seq-len <SEQ_LEN> (lab --help for usage)"
     );
 }
+
+/// `lab bench attention`: sizes whose product no device holds, and `--strategy library` on the
+/// CPU, are refused in one line naming the options (before: an allocation abort with a stack
+/// trace; a message calling `library` a kernel layout).
+#[test]
+fn bench_attention_refuses_impossible_sizes_and_library_on_cpu() {
+    for (args, want) in [
+        (
+            vec![
+                "bench",
+                "attention",
+                "--seq",
+                "1048576",
+                "--batch",
+                "4096",
+                "--heads",
+                "1024",
+                "--head-dim",
+                "256",
+            ],
+            "error: --batch × --heads × --seq × --head-dim = 1125899906842624 elements per tensor at seq 1048576: at most 2^30",
+        ),
+        (
+            vec!["bench", "attention", "--strategy", "library", "--seq", "64"],
+            "error: --strategy library: CubeCL's library attention runs on --backend wgpu or cuda",
+        ),
+    ] {
+        let o = lab().args(&args).output().unwrap();
+        let (_, stderr) = text(&o);
+        assert!(!o.status.success(), "{args:?}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with(want), "{args:?}: {stderr}");
+    }
+}

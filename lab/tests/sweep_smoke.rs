@@ -522,7 +522,7 @@ fn bench_attention_prints_one_line_per_case() {
             "--iters",
             "1",
         ],
-        "--strategy tiled-split: a CubeCL kernel layout, for --backend wgpu or cuda",
+        "--strategy tiled-split: a layout of the CubeCL kernels, for --backend wgpu or cuda",
     );
     refused_in_one_line(
         &["bench", "attention", "--encodings", "alibi", "--iters", "1"],

@@ -682,18 +682,34 @@ fn parse_override_value(raw: &str) -> toml::Value {
 }
 
 /// The grid a plan resolved to: each axis with its values in order of first appearance, and
-/// the number of runs, e.g. `block_len = [4, 16] × seed = [0, 1, 2] → 6 runs`.
+/// the number of runs, e.g. `block_len = [4, 16] × seed = [0, 1, 2] → 6 runs`. An axis that only
+/// some arms vary lists the other runs' value too (an arm training NoPE for `steps = [300]`
+/// beside a base of 1000 shows `steps = [1000, 300]`, not `[300]`).
 pub fn describe_plan(plan: &[PlannedRun]) -> String {
     let mut axes: Vec<(String, Vec<String>)> = Vec::new();
     for run in plan {
         for (k, v) in &run.axes {
-            match axes.iter_mut().find(|(a, _)| a == k) {
-                Some((_, values)) => {
-                    if !values.contains(v) {
-                        values.push(v.clone());
-                    }
+            if !axes.iter().any(|(a, _)| a == k) {
+                axes.push((k.clone(), Vec::new()));
+            }
+        }
+    }
+    for run in plan {
+        let mut resolved: Option<toml::Table> = None;
+        for (k, values) in axes.iter_mut() {
+            let v = match run.axes.iter().find(|(a, _)| a == k) {
+                Some((_, v)) => Some(v.clone()),
+                None => {
+                    let table = resolved.get_or_insert_with(|| {
+                        toml::Table::try_from(&run.config).unwrap_or_default()
+                    });
+                    table.get(k.as_str()).map(value_label)
                 }
-                None => axes.push((k.clone(), vec![v.clone()])),
+            };
+            if let Some(v) = v
+                && !values.contains(&v)
+            {
+                values.push(v);
             }
         }
     }
@@ -1069,6 +1085,18 @@ grid = { block_len = [4] }
         assert!(
             e.contains("with --set steps=0") && e.contains("steps"),
             "{e}"
+        );
+    }
+
+    /// An axis only one arm varies lists the other runs' resolved value too (the NoPE control's
+    /// 300 fixed steps beside the base's 1000: `steps = [1000, 300]`, not `[300]`).
+    #[test]
+    fn an_arm_only_axis_lists_the_base_value_too() {
+        let spec = "[grid]\nblock_len = [4, 8]\n[[arms]]\nencoding = [\"rope\"]\n[[arms]]\nencoding = [\"nope\"]\nsteps = [300]\n[presets.quick]\nbase = { steps = 1000 }\n";
+        let runs = parse(spec).unwrap().expand("quick").unwrap();
+        assert_eq!(
+            describe_plan(&runs),
+            "block_len = [4, 8] × encoding = [rope, nope] × steps = [1000, 300] → 4 runs (a union of arms, not the whole product)"
         );
     }
 
