@@ -585,3 +585,30 @@ fn bench_attention_refuses_impossible_sizes_and_library_on_cpu() {
         assert!(stderr.starts_with(want), "{args:?}: {stderr}");
     }
 }
+
+/// `lab sweep --dry-run` refuses a backend this build lacks, as the real run does (before, it
+/// listed the runs "to train" and exited 0).
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn dry_run_refuses_a_backend_the_build_lacks() {
+    let out = std::env::temp_dir().join(format!("lab-dry-cuda-{}", std::process::id()));
+    let o = lab()
+        .args([
+            "sweep",
+            "block-width",
+            "--backend",
+            "cuda",
+            "--dry-run",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let (_, stderr) = text(&o);
+    assert!(!o.status.success(), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: backend = cuda needs the cargo feature `cuda`"),
+        "{stderr}"
+    );
+}

@@ -128,9 +128,10 @@ fn step_cost(out_dir: &Path, id: &str) -> Option<(f64, f64)> {
 /// estimate, and the text says so.
 ///
 /// # Errors
-/// A grid that does not expand.
+/// A grid that does not expand; a backend this build lacks ([`super::Backend::ensure_built`]).
 pub fn dry_run_text(spec: &SweepSpec, opts: &SweepOptions) -> Result<String, SweepError> {
     use super::status::{RunState, run_state};
+    opts.backend.ensure_built()?;
     let mut plan = spec.expand(&opts.preset)?;
     if let Some(shard) = opts.shard {
         plan = shard.select(plan);

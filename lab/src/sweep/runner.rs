@@ -81,15 +81,32 @@ impl Backend {
                 Ok(burn::tensor::Device::cuda(0))
             }
             #[allow(unreachable_patterns)]
-            other => Err(SweepError::Backend(format!(
-                "backend = {} needs the cargo feature `{}`: rebuild with `cargo build --release --features {}` \
-                 (allowed in this build: {})",
-                other.name(),
-                other.name(),
-                other.name(),
-                Backend::available().join(", ")
-            ))),
+            other => Err(other.not_built()),
         }
+    }
+
+    /// [`SweepError::Backend`] when this build lacks the backend's cargo feature (what
+    /// [`Backend::device`] refuses first; `lab sweep --dry-run` checks it too).
+    ///
+    /// # Errors
+    /// The one line naming the feature and the backends this build has.
+    pub fn ensure_built(self) -> Result<(), SweepError> {
+        if Backend::available().contains(&self.name()) {
+            Ok(())
+        } else {
+            Err(self.not_built())
+        }
+    }
+
+    fn not_built(self) -> SweepError {
+        SweepError::Backend(format!(
+            "backend = {} needs the cargo feature `{}`: rebuild with `cargo build --release --features {}` \
+             (allowed in this build: {})",
+            self.name(),
+            self.name(),
+            self.name(),
+            Backend::available().join(", ")
+        ))
     }
 
     /// Names of the backends compiled into this build.

@@ -673,12 +673,27 @@ impl SweepSpec {
 }
 
 /// A `--set` value: TOML (`1e-3`, `[4, 16]`, `"rope"`, `true`), else the text as a string
-/// (`rope`, `p-rope`).
+/// (`rope`, `p-rope`); a bracketed list that is not TOML is a list of such items (`[rope,pope]`
+/// = `["rope", "pope"]`, `[rope, 4]` = `["rope", 4]`).
 fn parse_override_value(raw: &str) -> toml::Value {
-    toml::from_str::<toml::Table>(&format!("v = {raw}"))
+    if let Some(v) = toml::from_str::<toml::Table>(&format!("v = {raw}"))
         .ok()
         .and_then(|mut t| t.remove("v"))
-        .unwrap_or_else(|| toml::Value::String(raw.to_string()))
+    {
+        return v;
+    }
+    let trimmed = raw.trim();
+    match trimmed.strip_prefix('[').and_then(|r| r.strip_suffix(']')) {
+        Some(inner) if !inner.contains(['[', ']']) => toml::Value::Array(
+            inner
+                .split(',')
+                .map(str::trim)
+                .filter(|item| !item.is_empty())
+                .map(parse_override_value)
+                .collect(),
+        ),
+        _ => toml::Value::String(raw.to_string()),
+    }
 }
 
 /// The grid a plan resolved to: each axis with its values in order of first appearance, and
@@ -1086,6 +1101,35 @@ grid = { block_len = [4] }
             e.contains("with --set steps=0") && e.contains("steps"),
             "{e}"
         );
+    }
+
+    /// A bracketed list of bare words is a list of strings, as a bare word is a string (before,
+    /// `encoding=[rope,pope]` was the one string `[rope,pope]`: "unknown encoding").
+    #[test]
+    fn a_list_of_bare_words_is_a_list_of_strings() {
+        let s = |v: &str| toml::Value::String(v.into());
+        assert_eq!(
+            parse_override_value("[rope,pope]"),
+            toml::Value::Array(vec![s("rope"), s("pope")])
+        );
+        assert_eq!(
+            parse_override_value("[p-rope, 4]"),
+            toml::Value::Array(vec![s("p-rope"), toml::Value::Integer(4)])
+        );
+        assert_eq!(
+            parse_override_value("[\"rope\", \"pope\"]"),
+            toml::Value::Array(vec![s("rope"), s("pope")])
+        );
+        assert_eq!(parse_override_value("rope"), s("rope"));
+        let ids = |set: &str| -> Vec<String> {
+            let mut spec = parse(GRID).unwrap();
+            spec.set(&sets(&[set])).unwrap();
+            let runs = spec.expand("quick").unwrap();
+            runs.iter().map(|r| r.config.run_id()).collect()
+        };
+        let bare = ids("encoding=[pope,nope]");
+        assert_eq!(bare, ids("encoding=[\"pope\", \"nope\"]"));
+        assert!(!bare.is_empty());
     }
 
     /// An axis only one arm varies lists the other runs' resolved value too (the NoPE control's
