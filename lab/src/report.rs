@@ -262,7 +262,7 @@ fn fit_section(fit: &Table) -> Result<(String, Vec<String>), PlotError> {
     let mut verdicts = Vec::new();
     let txt = |v: &Option<String>| v.clone().unwrap_or_default();
     for &i in &order {
-        let holds = (0.8..=1.2).contains(&g(&beta, i)) && g(&r2, i) >= 0.8;
+        let holds = crate::results::tables::law_holds(g(&beta, i), g(&r2, i));
         let own_group = group[i]
             .clone()
             .filter(|g| !g.is_empty() && *g != format!("{}/{}", txt(&enc[i]), txt(&var[i])))

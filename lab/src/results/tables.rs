@@ -365,6 +365,13 @@ pub struct FitRow {
     pub fit: LawFit,
 }
 
+/// Whether a law fit reproduces θ* ∝ 1/W: β ∈ [0.8, 1.2] and R² ≥ 0.8 (issue 14's criterion for
+/// the block-width law, stated before the fits; `lab sweep`'s verdict lines and `lab report`'s
+/// verdict column apply it to the headline pooling of docs/analysis-rules.md R1–R2).
+pub fn law_holds(beta: f64, r2: f64) -> bool {
+    (0.8..=1.2).contains(&beta) && r2 >= 0.8
+}
+
 /// The `fit` table.
 pub fn fit_table(rows: &[FitRow]) -> RecordBatch {
     let n = rows.len();

@@ -624,11 +624,50 @@ pub fn summary_text(done: &[&RunRecord], fits: &[FitRow], failed: usize) -> Stri
         if rows.is_empty() {
             s.push_str("  no fit: need finished rotary runs at ≥ 2 block lengths\n");
         }
-        for f in rows {
+        for f in &rows {
             s.push_str(&fit_line(f));
+        }
+        if source == "dep_width" {
+            s.push_str(&verdict_lines(&rows));
         }
     }
     s
+}
+
+/// The verdict on the law for each group's headline fit (the positional layer's, else all
+/// layers pooled: docs/analysis-rules.md R1–R2) against W = B, by
+/// [`crate::results::tables::law_holds`]; empty without fits.
+fn verdict_lines(rows: &[&FitRow]) -> String {
+    let headline = if rows.iter().any(|f| f.pooling == "positional") {
+        "positional"
+    } else {
+        "all"
+    };
+    let verdicts: Vec<String> = rows
+        .iter()
+        .filter(|f| f.pooling == headline)
+        .map(|f| {
+            let holds = crate::results::tables::law_holds(f.fit.fit.beta, f.fit.fit.r2);
+            format!(
+                "{}: {} (β = {:.3}, R² = {:.3})",
+                f.group,
+                if holds {
+                    "the law holds"
+                } else {
+                    "not reproduced"
+                },
+                f.fit.fit.beta,
+                f.fit.fit.r2
+            )
+        })
+        .collect();
+    if verdicts.is_empty() {
+        return String::new();
+    }
+    format!(
+        "Verdict ({headline} pooling; the law holds when β ∈ [0.8, 1.2] and R² ≥ 0.8): {}\n",
+        verdicts.join("; ")
+    )
 }
 
 #[cfg(test)]
@@ -743,6 +782,20 @@ mod tests {
         let pos = text.find("rope/copy    positional").unwrap();
         let all = text.find("rope/copy    all").unwrap();
         assert!(pos < all, "positional is printed first");
+        // The verdict: the positional layer follows π/W exactly (β = 1, R² = 1); with layer 0
+        // flat instead, β = 0 and the law is not reproduced.
+        assert!(
+            text.contains("Verdict (positional pooling; the law holds when β ∈ [0.8, 1.2] and R² ≥ 0.8): rope/copy: the law holds (β = 1.000, R² = 1.000)"),
+            "{text}"
+        );
+        let flat: Vec<RunRecord> = (0..2)
+            .flat_map(|seed| {
+                [4, 16, 64].map(|b| rec(seed, b, 0.01 * (1.0 + b as f64 * 1e-3), 0.01))
+            })
+            .collect();
+        let done: Vec<&RunRecord> = flat.iter().collect();
+        let text = summary_text(&done, &fits("t", "p", &done), 0);
+        assert!(text.contains("rope/copy: not reproduced (β = "), "{text}");
     }
 
     /// R15: the window layer is the layer with the largest share inside the window (ties to the

@@ -656,6 +656,16 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
             "note: --jobs {jobs} > {cores} cores: runs share cores (1 thread each)"
         ));
     }
+    if opts.backend != Backend::Cpu
+        && todo
+            .iter()
+            .any(|r| r.config.attention == crate::model::AttentionKernel::Fast)
+    {
+        say(format!(
+            "note: attention = \"fast\" is the CPU's whole-step path; on {} these runs train through burn with the fused CubeCL kernels",
+            opts.backend.name()
+        ));
+    }
 
     // Runs still held by a live process of an earlier (killed) sweep: wait for them.
     let mut foreign: Vec<(PlannedRun, String, u32)> = Vec::new();
