@@ -703,7 +703,7 @@ fn parse_override_value(raw: &str) -> toml::Value {
 pub fn describe_plan(plan: &[PlannedRun]) -> String {
     let mut axes: Vec<(String, Vec<String>)> = Vec::new();
     for run in plan {
-        for (k, v) in &run.axes {
+        for (k, _) in &run.axes {
             if !axes.iter().any(|(a, _)| a == k) {
                 axes.push((k.clone(), Vec::new()));
             }
