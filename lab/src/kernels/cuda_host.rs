@@ -317,7 +317,7 @@ pub fn check_on_host(
                     .as_ref()
                     .map(|d| cube::host_to_cube(d, [heads * head_dim], device));
                 let mut params = CubeAttentionParams::from_kernel_encoding(encoding.clone(), delta);
-                params.strategy = strategy.clone();
+                params.strategy = strategy;
                 let [q, k, v, g] =
                     [0, 1, 2, 3].map(|i| cube::host_to_cube(&inputs[i], shape, device));
                 (params, q, k, v, g)
