@@ -122,6 +122,14 @@ pub fn bench_encoding(
     Ok((kernel_encoding, delta))
 }
 
+/// The inputs `q`, `k`, `v` and the output gradient `g` of `shape` every attention bench draws:
+/// uniform in [−1, 1), seed 0, row-major.
+fn bench_inputs(shape: [usize; 4]) -> [Vec<f32>; 4] {
+    let n: usize = shape.iter().product();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    [(); 4].map(|_| (0..n).map(|_| rng.random_range(-1.0..1.0)).collect())
+}
+
 /// Time the fused attention op for `encoding` (one of [`BENCH_ENCODINGS`]) at `shape`
 /// `[batch, heads, seq, head_dim]` on `device` (plain; the backward runs on its autodiff wrapper).
 ///
@@ -137,10 +145,7 @@ pub fn bench_attention(
 ) -> Result<AttentionBench, String> {
     let [b, h, l, d] = shape;
     let (kernel_encoding, delta) = bench_encoding(encoding, h, d)?;
-    let n = b * h * l * d;
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-    let mut random = || -> Vec<f32> { (0..n).map(|_| rng.random_range(-1.0..1.0)).collect() };
-    let (q, k, v, g) = (random(), random(), random(), random());
+    let [q, k, v, g] = bench_inputs(shape);
     let tensor =
         |x: &[f32], dev: &Device| Tensor::<4>::from_data(TensorData::new(x.to_vec(), shape), dev);
     let delta_on = |dev: &Device| {
@@ -220,10 +225,7 @@ pub fn bench_library_attention(
     use crate::kernels::cube::{self, CubeAttentionParams, CubeStrategy};
     let [b, h, l, d] = shape;
     let (kernel_encoding, delta) = bench_encoding(encoding, h, d)?;
-    let n = b * h * l * d;
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-    let mut random = || -> Vec<f32> { (0..n).map(|_| rng.random_range(-1.0..1.0)).collect() };
-    let (q, k, v) = (random(), random(), random());
+    let [q, k, v, _] = bench_inputs(shape);
     let (q, k, v) = [q, k, v]
         .map(|x| cube::host_to_cube(&x, shape, device))
         .into();

@@ -448,25 +448,12 @@ impl BenchCmd {
                 for l in seq.into_iter().map(|l| l as usize) {
                     for &enc in &encodings {
                         let shape = [batch as usize, heads as usize, l, head_dim as usize];
-                        if library {
-                            let r = lab::bench::bench_library_attention(
-                                &device,
-                                backend.name(),
-                                enc,
-                                shape,
-                                warmup as usize,
-                                iters as usize,
-                            )
-                            .map_err(anyhow::Error::msg)?;
-                            eprintln!(
-                                "bench attention: {enc} seq {l} (library): fwd {:.3} ms, max |out - tiled| {:.1e}",
-                                r.fwd_ms,
-                                r.out_max_diff.unwrap_or(f64::NAN)
-                            );
-                            lines.push(serde_json::to_string(&r)?);
-                            continue;
-                        }
-                        let r = lab::bench::bench_attention(
+                        let bench = if library {
+                            lab::bench::bench_library_attention
+                        } else {
+                            lab::bench::bench_attention
+                        };
+                        let r = bench(
                             &device,
                             backend.name(),
                             enc,
@@ -475,6 +462,15 @@ impl BenchCmd {
                             iters as usize,
                         )
                         .map_err(anyhow::Error::msg)?;
+                        if library {
+                            eprintln!(
+                                "bench attention: {enc} seq {l} (library): fwd {:.3} ms, max |out - tiled| {:.1e}",
+                                r.fwd_ms,
+                                r.out_max_diff.unwrap_or(f64::NAN)
+                            );
+                            lines.push(serde_json::to_string(&r)?);
+                            continue;
+                        }
                         // `cmma` runs on tensor cores where it applies (emulated where the shapes
                         // fit but the device has none): f16 operands either way.
                         let tapa = enc.starts_with("tapa").then(|| {
