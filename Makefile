@@ -74,7 +74,8 @@ cuda-ptxas:
 
 # The CUDA C++ of every attention kernel launch (every encoding and layout, head_dim 64 as on the GPU)
 # run on this CPU from the same inputs as the same launch on lavapipe, buffer by buffer
-# (lab bench cuda-host; lab/src/kernels/cuda_host.rs). ~5 min on 2 cores after the test-wgpu build.
+# (lab bench cuda-host; lab/src/kernels/cuda_host.rs). 97 s on 2 cores after the test-wgpu build (5 min with
+# Mesa's shader cache cold).
 CUDA_HOST_OUT ?= results/cuda-host
 cuda-host:
 	$(CARGO) run --release -p lab --features wgpu,cuda-source -- bench cuda-host --out $(CUDA_HOST_OUT) --head-dim 64
