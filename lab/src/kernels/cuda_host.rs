@@ -312,26 +312,27 @@ pub fn check_on_host(
         for layout in layouts {
             let label = format!("{name}/{layout}");
             let strategy = CubeStrategy::parse(layout)?;
-            let call = |device: &burn::tensor::Device| {
-                let delta = delta
-                    .as_ref()
-                    .map(|d| cube::host_to_cube(d, [heads * head_dim], device));
-                let mut params = CubeAttentionParams::from_kernel_encoding(encoding.clone(), delta);
-                params.strategy = strategy;
-                let [q, k, v, g] =
-                    [0, 1, 2, 3].map(|i| cube::host_to_cube(&inputs[i], shape, device));
-                (params, q, k, v, g)
+            let delta = delta
+                .as_ref()
+                .map(|d| cube::host_to_cube(d, [heads * head_dim], device));
+            let mut params = CubeAttentionParams::from_kernel_encoding(encoding.clone(), delta);
+            params.strategy = strategy;
+            let [q, k, v, g] = [0, 1, 2, 3].map(|i| cube::host_to_cube(&inputs[i], shape, device));
+            // The same call twice: launched and recorded on `device`, then captured for CUDA.
+            let attend = || {
+                let (out, lse) = cube::forward(q.clone(), k.clone(), v.clone(), &params);
+                let _ = cube::backward(
+                    q.clone(),
+                    k.clone(),
+                    v.clone(),
+                    out,
+                    lse,
+                    g.clone(),
+                    &params,
+                );
             };
-            let (params, q, k, v, g) = call(device);
-            let ((), teed) = tee(|| {
-                let (out, lse) = cube::forward(q.clone(), k.clone(), v.clone(), &params);
-                let _ = cube::backward(q, k, v, out, lse, g, &params);
-            });
-            let (params, q, k, v, g) = call(device);
-            let ((), captured) = cuda_source::capture(sm, || {
-                let (out, lse) = cube::forward(q.clone(), k.clone(), v.clone(), &params);
-                let _ = cube::backward(q, k, v, out, lse, g, &params);
-            });
+            let ((), teed) = tee(attend);
+            let ((), captured) = cuda_source::capture(sm, attend);
             let counts: Vec<[u32; 3]> = captured.iter().map(|c| c.1).collect();
             let sources = cuda_source::compile(
                 captured.into_iter().map(|(n, _, k)| (n, k)).collect(),
