@@ -611,13 +611,9 @@ fn cuda_host(
         .map_err(|e| anyhow::anyhow!("--out {}: cannot create the folder: {e}", out.display()))?;
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".to_string());
     // The device selfcheck's tolerances for the same kernels.
-    let tol = |t: lab::selfcheck::Tolerance| cuda_host::HostTolerance {
-        abs: t.abs,
-        rel: t.rel,
-    };
     let tols = cuda_host::HostTolerances {
-        wmma: tol(lab::selfcheck::CMMA_TOL),
-        f32: tol(lab::selfcheck::ATTENTION_TOL),
+        wmma: lab::selfcheck::CMMA_TOL,
+        f32: lab::selfcheck::ATTENTION_TOL,
     };
     let device = Backend::Wgpu.device()?;
     let started = std::time::Instant::now();

@@ -43,14 +43,7 @@ use crate::model::{
 use crate::sweep::Backend;
 use crate::train::{self, AdamW};
 
-/// Elementwise tolerance `|got − want| ≤ abs + rel·|want|`.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct Tolerance {
-    /// Absolute part.
-    pub abs: f64,
-    /// Relative part.
-    pub rel: f64,
-}
+pub use crate::kernels::Tolerance;
 
 /// Attention output and the gradients of `q`, `k`, `v` (module docs for the reason).
 pub const ATTENTION_TOL: Tolerance = Tolerance {

@@ -245,14 +245,9 @@ fn cxx() -> String {
 /// The device selfcheck's tolerances for the same kernels, as `cuda_host` takes them.
 #[cfg(feature = "cuda-source")]
 fn host_tols() -> lab::kernels::cuda_host::HostTolerances {
-    use lab::kernels::cuda_host::{HostTolerance, HostTolerances};
-    let tol = |t: selfcheck::Tolerance| HostTolerance {
-        abs: t.abs,
-        rel: t.rel,
-    };
-    HostTolerances {
-        wmma: tol(selfcheck::CMMA_TOL),
-        f32: tol(selfcheck::ATTENTION_TOL),
+    lab::kernels::cuda_host::HostTolerances {
+        wmma: selfcheck::CMMA_TOL,
+        f32: selfcheck::ATTENTION_TOL,
     }
 }
 
@@ -419,7 +414,7 @@ fn cuda_host_models_wmma_and_refuses_broken_launches() {
 #[cfg(feature = "cuda-source")]
 #[test]
 fn cuda_host_info_epilogue_and_comparison() {
-    use lab::kernels::cuda_host::{ArgKind, HostTolerance, compare, epilogue, info_bytes};
+    use lab::kernels::cuda_host::{ArgKind, compare, epilogue, info_bytes};
     use lab::kernels::cuda_source::KernelSource;
     const SOURCE: &str = "struct info_st {\n    float scalars_f32[2];\nuint32_t scalars_u32[2];uint32_t static_meta[4];\n};\n\
 extern \"C\" __global__ void __launch_bounds__(32)  k_1(float const* const __restrict__ v1, float * const __restrict__ v5, __grid_constant__ info_st const info_v9) {\n\
@@ -465,7 +460,7 @@ extern __shared__ __align__(32) char v77[];uint32_t const v3 = 0;\n}\n";
     assert!(e.contains("lab_shared_size() { return 0; }"), "{e}");
 
     let f = |v: &[f32]| vec![v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>()];
-    let tol = HostTolerance {
+    let tol = selfcheck::Tolerance {
         abs: 1e-3,
         rel: 0.0,
     };

@@ -28,6 +28,7 @@ use std::process::Command;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::BufferArg;
 
+use super::Tolerance;
 use super::cuda_source::{self, KernelSource, NamedEncoding};
 
 /// The host's view of CUDA (force-included before each kernel's source).
@@ -35,24 +36,15 @@ const CUDA_HOST_H: &str = include_str!("cuda_host/cuda_host.h");
 /// The program that runs one kernel from a launch file.
 const HARNESS_CPP: &str = include_str!("cuda_host/harness.cpp");
 
-/// A tolerance `|host − wgpu| ≤ abs + rel·|wgpu|` per value.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct HostTolerance {
-    /// Absolute part.
-    pub abs: f64,
-    /// Relative part.
-    pub rel: f64,
-}
-
 /// The tolerances of [`check_on_host`]: for the tensor-core kernels (their CUDA C++ calls
 /// `wmma`) and for the others. `lab bench cuda-host` and the tests pass the device selfcheck's
 /// for the same kernels (`lab::selfcheck::CMMA_TOL`, `ATTENTION_TOL`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HostTolerances {
     /// Kernels calling `wmma` (f16 operands).
-    pub wmma: HostTolerance,
+    pub wmma: Tolerance,
     /// The f32 kernels.
-    pub f32: HostTolerance,
+    pub f32: Tolerance,
 }
 
 /// A runtime argument of a kernel launch as the tee records it.
@@ -242,7 +234,7 @@ pub struct HostCheck {
     /// Largest |host − wgpu| / (abs + rel·|wgpu|) of the tolerance.
     pub worst_ratio: f32,
     /// The tolerance applied (of [`HostTolerances`], by `wmma`).
-    pub tol: HostTolerance,
+    pub tol: Tolerance,
     /// The CUDA launch's cube count and cube dim (what the host ran).
     pub cuda_config: ([u32; 3], [u32; 3]),
     /// The `wgpu` launch's, where they differ (the two devices chose different tilings for
@@ -700,7 +692,7 @@ fn read_output(path: &Path) -> Result<Vec<Vec<u8>>, String> {
 pub fn compare(
     expected: &[Vec<u8>],
     actual: &[Vec<u8>],
-    tol: HostTolerance,
+    tol: Tolerance,
 ) -> (f32, f32, Option<String>) {
     let mut max_abs = 0.0f32;
     let mut worst = 0.0f32;

@@ -48,6 +48,16 @@ macro_rules! dispatch_simd {
 }
 
 pub mod cpu;
+/// Elementwise tolerance `|got − want| ≤ abs + rel·|want|` (the kernels' checks: `lab selfcheck`'s
+/// constants in [`crate::selfcheck`], the host runs of `cuda_host`).
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Tolerance {
+    /// Absolute part.
+    pub abs: f64,
+    /// Relative part.
+    pub rel: f64,
+}
+
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
 pub mod cube;
 #[cfg(feature = "cuda-source")]
