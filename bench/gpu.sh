@@ -39,7 +39,8 @@
 # autotune decisions into $OUT/cubecl-*.log.
 #
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
-# TRAIN_S, TRAIN_STEPS (10), TRAIN_WARM_S (60: the step again with the kernel cache warm), LAB_KERNEL_CACHE and
+# TRAIN_S, TRAIN_STEPS (10), TRAIN_WARM_S (60: the step again with the kernel cache warm), PROFILE_STEPS (3: steps
+# after the warm run's and PyTorch's timed ones with every kernel launch counted and timed), LAB_KERNEL_CACHE and
 # KEEP_KERNEL_CACHE (the cache's folder, emptied at the start unless KEEP_KERNEL_CACHE=1), FLEX_SEQS, FLEX_DTYPES, FLEX_S, SELFCHECK (1), SDPA_S (60), ATTN_S (90),
 # PART (1, 2 or all), NEW_CHECK_S (150) and NEW_LAYOUTS (cmma,cmma-wide,tiled-staged,tiled-split), SELFCHECK_S (150), TORCH_STEP_S (60),
 # SPLIT_S (50) and SPLIT_ENCODINGS (nope,pope,tapa: the op again with --strategy tiled-split, into cube-split.jsonl),
@@ -89,6 +90,7 @@ SELFCHECK_S=${SELFCHECK_S:-150}
 NEW_CHECK_S=${NEW_CHECK_S:-150}
 NEW_LAYOUTS=${NEW_LAYOUTS:-cmma,cmma-wide,tiled-staged,tiled-split}
 TORCH_STEP_S=${TORCH_STEP_S:-60}
+PROFILE_STEPS=${PROFILE_STEPS:-3}
 PART=${PART:-all}
 case $PART in all|1|2) ;; *) echo "error: PART=$PART: allowed values are 1, 2 or all" >&2; exit 2 ;; esac
 part() { [[ $PART == all || $PART == "$1" ]]; }
@@ -158,8 +160,13 @@ timeout "$TRAIN_S" "$LAB" bench train-step --preset "${PRESET:-quick}" --backend
 cat "$OUT/train-step-lab.json"
 # The same step in a second process: every kernel and autotune decision now comes from the cache.
 section "the training step again, warm kernel cache ($LAB_KERNEL_CACHE; at most $TRAIN_WARM_S s)"
+profile_args=()   # the CPU backend has no CubeCL launches to count
+[[ $BACKEND == cpu ]] || profile_args=(--profile-steps "$PROFILE_STEPS")
+# With PROFILE_STEPS more steps whose kernel launches are counted and timed on the device (launches_per_step,
+# device_ms_per_step, launch_kinds in the JSON; docs/performance.md, "Launches per training step").
 timeout "$TRAIN_WARM_S" "$LAB" bench train-step --preset "${PRESET:-quick}" --backend "$BACKEND" --attention fused \
-    --warmup 2 --steps "$TRAIN_STEPS" > "$OUT/train-step-lab-warm.json" 2> >(tee "$OUT/train-step-lab-warm.log" >&2) \
+    --warmup 2 --steps "$TRAIN_STEPS" "${profile_args[@]}" \
+    > "$OUT/train-step-lab-warm.json" 2> >(tee "$OUT/train-step-lab-warm.log" >&2) \
     || echo "lab train-step (warm) stopped (exit $?)"
 cat "$OUT/train-step-lab-warm.json"
 # PyTorch needs the lab's model shape: from whichever lab run finished (the cold one may hit TRAIN_S).
@@ -167,6 +174,7 @@ shape_json="$OUT/train-step-lab.json"
 [[ -s $shape_json ]] || shape_json="$OUT/train-step-lab-warm.json"
 if [[ -s "$shape_json" ]]; then
     timeout "$TORCH_STEP_S" "$PYTHON" "$HERE/torch_baseline.py" --shape "$shape_json" --device cuda \
+        --profile-steps "$PROFILE_STEPS" \
         | tee "$OUT/train-step-torch.jsonl" || echo "PyTorch train-step failed or stopped"
 else
     echo "no lab figure: PyTorch's step is not timed either (it needs the lab's model shape)"

@@ -16,8 +16,9 @@ Usage:
   python3 bench/torch_baseline.py --shape lab.json [--steps 30] [--warmup 5]
   # on an NVIDIA machine (bench/gpu.sh): lab built with --features cuda
   lab bench train-step --preset quick --backend cuda > lab-cuda.json
-  python3 bench/torch_baseline.py --shape lab-cuda.json --device cuda
-Prints one JSON object per attention kind and the lab/PyTorch ratio. PyTorch is needed for this benchmark only
+  python3 bench/torch_baseline.py --shape lab-cuda.json --device cuda --profile-steps 3
+Prints one JSON object per attention kind and the lab/PyTorch ratio; with --profile-steps, also what a step
+launches (the lab's side: `lab bench train-step --profile-steps`). PyTorch is needed for this benchmark only
 (pip install torch); the tests do not use it.
 """
 
@@ -99,7 +100,47 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def bench(s, attention, steps, warmup, device):
+# aten operations that only make views or metadata: no kernel runs for them on a GPU.
+NO_KERNEL = {
+    "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::as_strided", "aten::t", "aten::transpose",
+    "aten::expand", "aten::permute", "aten::squeeze", "aten::unsqueeze", "aten::select", "aten::slice",
+    "aten::detach", "aten::detach_", "aten::alias", "aten::resolve_conj", "aten::resolve_neg", "aten::empty",
+    "aten::empty_like", "aten::empty_strided", "aten::unbind", "aten::split", "aten::chunk", "aten::flatten",
+    "aten::lift_fresh", "aten::numpy_T", "aten::_reshape_alias", "aten::contiguous", "aten::item",
+    "aten::_local_scalar_dense", "aten::is_nonzero", "aten::result_type", "aten::to", "aten::_to_copy",
+}
+
+
+def profile_counts(prof, n, device):
+    """What `n` profiled steps launched: on CUDA the device's kernels, copies and fills (their count
+    and summed device time per step, from the profiler's device events); on the CPU the aten operations
+    that compute (leaf aten events, views and metadata left out: NO_KERNEL), the proxy for what an eager
+    GPU step would launch."""
+    from torch.autograd import DeviceType
+    events = prof.events()
+    out = {"profile_steps": n}
+    if device.type == "cuda":
+        gpu = [e for e in events if e.device_type == DeviceType.CUDA]
+        if gpu:
+            out["kernels_per_step"] = len(gpu) / n
+            out["device_ms_per_step"] = sum(e.time_range.elapsed_us() for e in gpu) / 1e3 / n
+        else:  # older profilers attach the kernels to the CPU events that launched them
+            ks = [k for e in events for k in getattr(e, "kernels", [])]
+            out["kernels_per_step"] = len(ks) / n
+            out["device_ms_per_step"] = sum(k.duration for k in ks) / 1e3 / n
+        names = {}
+        for e in gpu:
+            names[e.name] = names.get(e.name, 0) + 1
+        out["kernel_kinds"] = [{"kernel": k[:80], "per_step": c / n}
+                               for k, c in sorted(names.items(), key=lambda kv: -kv[1])[:25]]
+    leaf = [e for e in events if e.device_type == DeviceType.CPU and e.name.startswith("aten::")
+            and e.name not in NO_KERNEL
+            and not any(c.name.startswith("aten::") and c.name not in NO_KERNEL for c in e.cpu_children)]
+    out["aten_compute_ops_per_step"] = len(leaf) / n
+    return out
+
+
+def bench(s, attention, steps, warmup, device, profile_steps=0):
     torch.manual_seed(0)
     model = Model(s, attention).to(device)
     decay = [p for p in model.parameters() if p.ndim >= 2]
@@ -110,12 +151,10 @@ def bench(s, attention, steps, warmup, device):
     b, l, v = s["batch"], s["seq_len"], s["vocab"]
     g = torch.Generator().manual_seed(1)
     data = [(torch.randint(0, v, (b, l), generator=g), torch.randint(0, v, (b, l), generator=g),
-             (torch.rand(b, l, generator=g) > 0.1).float()) for _ in range(warmup + steps)]
+             (torch.rand(b, l, generator=g) > 0.1).float()) for _ in range(warmup + steps + profile_steps)]
     data = [tuple(t.to(device) for t in batch) for batch in data]
-    times = []
-    for i, (inp, tgt, mask) in enumerate(data):
-        sync(device)
-        t0 = time.perf_counter()
+
+    def step(inp, tgt, mask):
         logits = model(inp)
         nll = F.cross_entropy(logits.view(-1, v), tgt.view(-1), reduction="none")
         loss = (nll * mask.view(-1)).sum() / mask.sum().clamp_min(1)
@@ -125,13 +164,33 @@ def bench(s, attention, steps, warmup, device):
         opt.step()
         # The lab reads the loss and the gradient norm back every step; so does this loop.
         loss.item()
+
+    times = []
+    for i, batch in enumerate(data[:warmup + steps]):
+        sync(device)
+        t0 = time.perf_counter()
+        step(*batch)
         sync(device)
         if i >= warmup:
             times.append((time.perf_counter() - t0) * 1e3)
     ms = statistics.median(times)
-    return {"framework": "pytorch", "torch": torch.__version__, "attention": attention, "threads": torch.get_num_threads(),
-            "device": str(device),
-            "ms_per_step": ms, "tokens_per_s": b * l / (ms / 1e3), "steps": steps}
+    out = {"framework": "pytorch", "torch": torch.__version__, "attention": attention, "threads": torch.get_num_threads(),
+           "device": str(device),
+           "ms_per_step": ms, "tokens_per_s": b * l / (ms / 1e3), "steps": steps}
+    if profile_steps > 0:
+        # After the timing, so that a profiler failure costs only these fields.
+        try:
+            from torch.profiler import profile, ProfilerActivity
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+            sync(device)
+            with profile(activities=acts) as prof:
+                for batch in data[warmup + steps:]:
+                    step(*batch)
+                sync(device)
+            out.update(profile_counts(prof, profile_steps, device))
+        except Exception as e:  # noqa: BLE001 - report, keep the timing
+            out["profile_error"] = f"{type(e).__name__}: {e}"
+    return out
 
 
 def main():
@@ -140,6 +199,9 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda (bench/gpu.sh)")
+    ap.add_argument("--profile-steps", type=int, default=0,
+                    help="this many more steps under torch.profiler after the timing: kernels_per_step and "
+                         "device_ms_per_step on CUDA, aten_compute_ops_per_step everywhere (default 0: off)")
     args = ap.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -150,7 +212,7 @@ def main():
         sys.exit("this baseline implements RoPE with adjacent pairs only")
     torch.set_num_threads(int(s["threads"]))
     for attention in ("manual", "sdpa"):
-        r = bench(s, attention, args.steps, args.warmup, device)
+        r = bench(s, attention, args.steps, args.warmup, device, max(0, args.profile_steps))
         r["lab_ms_per_step"] = s["ms_per_step"]
         r["lab_over_pytorch"] = s["ms_per_step"] / r["ms_per_step"]
         print(json.dumps(r))

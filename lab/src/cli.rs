@@ -357,7 +357,13 @@ impl BenchCmd {
                 steps,
                 warmup,
                 backend,
+                profile_steps,
             } => {
+                if profile_steps > 0 && backend == Backend::Cpu {
+                    anyhow::bail!(
+                        "--profile-steps: counts CubeCL kernel launches, for --backend wgpu or cuda (got --backend cpu; leave it at 0)"
+                    );
+                }
                 let threads = threads.map_or_else(
                     || std::thread::available_parallelism().map_or(1, |n| n.get()),
                     usize::from,
@@ -369,6 +375,7 @@ impl BenchCmd {
                     threads,
                     warmup as usize,
                     steps as usize,
+                    profile_steps as usize,
                     backend,
                 )?;
                 Ok(json.to_string())
@@ -712,7 +719,7 @@ pub enum BenchCmd {
     /// one JSON object with `ms_per_step` (median), `tokens_per_s` and the model shape, so the same
     /// model can be rebuilt elsewhere (bench/torch_baseline.py reads it).
     #[command(
-        after_help = "Examples:\n  lab bench train-step --preset quick --threads 2\n  lab bench train-step --preset quick --threads 2 --attention fast"
+        after_help = "Examples:\n  lab bench train-step --preset quick --threads 2\n  lab bench train-step --preset quick --threads 2 --attention fast\n  lab bench train-step --preset quick --backend cuda --profile-steps 3"
     )]
     TrainStep {
         /// Sweep whose first run of the preset defines the model.
@@ -736,6 +743,11 @@ pub enum BenchCmd {
         /// Compute backend (`wgpu` and `cuda` need the cargo features of the same names).
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
+        /// On `wgpu` / `cuda`: this many more steps (0..=1000) after the timed ones with every
+        /// kernel launch counted and timed on the device, not in the median; adds
+        /// `launches_per_step`, `device_ms_per_step` and `launch_kinds` to the JSON.
+        #[arg(long, allow_negative_numbers = true, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1000))]
+        profile_steps: u32,
     },
     /// Time the fused attention op the model calls (forward, and forward + backward), median ms
     /// over `--iters` synced calls, one JSON line per (seq, encoding): the Rust kernels on `cpu`,

@@ -45,8 +45,12 @@ pub struct AdamW {
     eps: f64,
     weight_decay: f64,
     step: i32,
-    /// First and second moments per parameter, flattened to `[numel]`.
-    moments: HashMap<ParamId, (Tensor<1>, Tensor<1>)>,
+    /// First and second moments per parameter, each `(Tensor<D>, Tensor<D>)` in the parameter's
+    /// own shape (boxed because parameters differ in rank): no reshape between the parameter,
+    /// its gradient and its moments, so burn's fusion can make each update one kernel on the
+    /// CubeCL backends (a reshape ends a fused block; docs/performance.md, "Launches per
+    /// training step").
+    moments: HashMap<ParamId, Box<dyn std::any::Any>>,
 }
 
 impl AdamW {
@@ -96,11 +100,13 @@ impl ModuleMapper for AdamWMapper<'_> {
             return Param::from_mapped_value(id, tensor, mapper);
         };
         let opt = &mut *self.opt;
-        let shape = tensor.shape();
-        let numel = shape.num_elements();
         let x = tensor.inner();
-        let g = grad.reshape([numel]) * self.grad_scale;
-        let (m, v) = match opt.moments.remove(&id) {
+        let g = grad * self.grad_scale;
+        let moments = opt.moments.remove(&id).map(|b| {
+            *b.downcast::<(Tensor<D>, Tensor<D>)>()
+                .expect("a parameter keeps its rank")
+        });
+        let (m, v) = match moments {
             Some((m, v)) => (
                 m * opt.beta1 + g.clone() * (1.0 - opt.beta1),
                 v * opt.beta2 + g.square() * (1.0 - opt.beta2),
@@ -114,9 +120,8 @@ impl ModuleMapper for AdamWMapper<'_> {
         let bias2 = 1.0 - opt.beta2.powi(opt.step);
         let update = (m.clone() / bias1) / ((v.clone() / bias2).sqrt() + opt.eps);
         let decay = if D >= 2 { opt.weight_decay } else { 0.0 };
-        let x = x.reshape([numel]) * (1.0 - self.lr * decay) - update * self.lr;
-        opt.moments.insert(id, (m, v));
-        let x: Tensor<D> = x.reshape(shape);
+        let x = x * (1.0 - self.lr * decay) - update * self.lr;
+        opt.moments.insert(id, Box::new((m, v)));
         Param::from_mapped_value(id, Tensor::from_inner(x).require_grad(), mapper)
     }
 }
@@ -432,21 +437,35 @@ pub struct StepBench {
     /// Wall ms of the very first step (warm-up or timed): on CubeCL backends it holds the
     /// kernels' just-in-time compilation and autotuning, which the median leaves out.
     pub first_step_ms: f64,
+    /// On a CubeCL backend with `profile_steps > 0`: the kernel launches of that many more steps
+    /// after the timed ones, each timed on the device ([`crate::kernels::launches`]); `None`
+    /// otherwise.
+    pub launches: Option<crate::kernels::launches::LaunchProfile>,
+    /// The steps [`launches`](Self::launches) covers (0 without it).
+    pub profile_steps: usize,
 }
 
 /// Time `steps` training steps of `cfg`'s model after `warmup` steps (batches pre-generated):
 /// through burn on `device`, or on the whole-step fast path when `cfg.attention` is `fast` and
 /// `device` is the CPU (flex). `progress(step, ms)` is called after every step, warm-up
 /// included (`step` counts from 0 over `warmup + steps`), so a caller can show where a slow
-/// first step goes before the median is known.
+/// first step goes before the median is known. On a CubeCL backend, `profile_steps` more steps
+/// then run with every kernel launch counted and timed ([`StepBench::launches`]; they are not in
+/// the median, since timing each launch adds host work); `progress` is not called for them.
 pub fn bench_train_step(
     cfg: &RunConfig,
     warmup: usize,
     steps: usize,
+    profile_steps: usize,
     device: &Device,
     progress: &mut dyn FnMut(usize, f64),
 ) -> StepBench {
-    let batches: Vec<Vec<Example>> = (0..warmup + steps)
+    let profile_steps = if crate::kernels::is_flex(device) {
+        0
+    } else {
+        profile_steps
+    };
+    let batches: Vec<Vec<Example>> = (0..warmup + steps + profile_steps)
         .map(|s| cfg.train_batch(s).expect("config validated"))
         .collect();
     let mut times = Vec::with_capacity(steps);
@@ -465,6 +484,7 @@ pub fn bench_train_step(
     };
     let ad_device = device.clone().autodiff();
     let model = cfg.model().init(cfg.seed, &ad_device);
+    let mut launches = None;
     if cfg.attention == AttentionKernel::Fast && crate::kernels::is_flex(device) {
         let mut fast = FastModel::from_burn(&model, &cfg.model());
         let mut opt = FastAdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
@@ -477,13 +497,36 @@ pub fn bench_train_step(
     } else {
         let mut model = Some(model);
         let mut opt = AdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
-        for (s, examples) in batches.iter().enumerate() {
-            timed(s, &mut || {
-                let m = model.take().expect("a model between steps");
-                let (next, r) = train_step(m, &mut opt, cfg, s, examples, &ad_device);
-                model = Some(next);
-                r.expect("benchmark step diverged");
-            });
+        let mut step = |s: usize| {
+            let m = model.take().expect("a model between steps");
+            let (next, r) = train_step(m, &mut opt, cfg, s, &batches[s], &ad_device);
+            model = Some(next);
+            r.expect("benchmark step diverged");
+        };
+        for s in 0..warmup + steps {
+            timed(s, &mut || step(s));
+        }
+        if profile_steps > 0 {
+            // Every launch of the timed steps issued and finished first (burn's fusion holds
+            // operations until something reads a tensor), so the pass holds exactly its own.
+            let _ = device.sync();
+            // A failure here (a device error while timing) loses only the launch profile: the
+            // timing above is already taken.
+            let profiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::kernels::launches::observe(true, || {
+                    for s in warmup + steps..warmup + steps + profile_steps {
+                        step(s);
+                    }
+                    let _ = device.sync();
+                })
+            }));
+            launches = match profiled {
+                Ok(((), profile)) => profile,
+                Err(_) => {
+                    eprintln!("train-step: the profiled steps failed; no launch profile");
+                    None
+                }
+            };
         }
     }
     let ms = median(&mut times);
@@ -492,6 +535,8 @@ pub fn bench_train_step(
         tokens_per_s: (cfg.batch_size * cfg.seq_len) as f64 / (ms / 1e3),
         steps,
         first_step_ms,
+        profile_steps: if launches.is_some() { profile_steps } else { 0 },
+        launches,
     }
 }
 

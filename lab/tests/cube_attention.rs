@@ -495,3 +495,38 @@ fn library_forward_matches_the_lab_forward() {
         .unwrap_err();
     assert!(err.contains("not a dot product"), "{err}");
 }
+
+/// `lab bench train-step --profile-steps`: the launches of two profiled RoPE steps of the 2-layer
+/// step-check model, counted by kernel and timed on the device. The lab's own kernels are counted
+/// exactly: per layer and step one tiled forward, one `dq` and one key-side backward kernel, one
+/// `RowDot` (the backward's `Σ dout·out` per row) and six rotations (q and k forward, again in the
+/// backward, and the rotation of dq and dk back).
+#[test]
+fn training_step_launches_are_counted_and_timed() {
+    let mut cfg = lab::selfcheck::step_check_config("rope");
+    cfg.attention = lab::model::AttentionKernel::Fused;
+    let b = lab::train::bench_train_step(&cfg, 1, 1, 2, &wgpu(), &mut |_, _| {});
+    assert_eq!(b.profile_steps, 2);
+    let l = b.launches.expect("wgpu observes launches");
+    let count = |k: &str| {
+        l.by_kernel
+            .iter()
+            .find(|(name, _)| name == k)
+            .map_or(0, |(_, n)| *n)
+    };
+    let layers_steps = cfg.n_layers * 2;
+    assert_eq!(count("AttnFwdTiled"), layers_steps, "{:?}", l.by_kernel);
+    assert_eq!(count("AttnBwdDqTiled"), layers_steps);
+    assert_eq!(count("AttnBwdDkdvTiled"), layers_steps);
+    assert_eq!(count("RowDot"), layers_steps);
+    assert_eq!(count("RopeRotate"), 6 * layers_steps);
+    assert_eq!(
+        l.launches,
+        l.by_kernel.iter().map(|(_, n)| n).sum::<usize>()
+    );
+    assert!(l.launches > 10 * layers_steps, "{} launches", l.launches);
+    let ms = l.device_ms.expect("every launch timed");
+    assert!(ms > 0.0 && ms.is_finite(), "device ms {ms}");
+    assert!(l.timing.is_some());
+    assert!(b.ms_per_step > 0.0 && b.steps == 1);
+}

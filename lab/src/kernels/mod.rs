@@ -11,6 +11,8 @@
 //!   GPU, generated without one (`lab bench cuda-source`).
 //! - `cuda_host` (feature `cuda-source`): that CUDA C++ run on the CPU, launch by launch, against
 //!   the same kernels on `wgpu` (`lab bench cuda-host`).
+//! - [`launches`]: the CubeCL kernel launches of a pass, counted by name and timed on the device
+//!   (`lab bench train-step --profile-steps`).
 //! - [`kernel_cache`]: CubeCL's on-disk cache of compiled kernels and autotune decisions
 //!   (`LAB_KERNEL_CACHE`), so the runs of a GPU sweep do not each compile everything again.
 
@@ -67,6 +69,7 @@ pub mod cuda_source;
 pub mod fused;
 pub mod gemm;
 pub mod kernel_cache;
+pub mod launches;
 pub mod map;
 pub mod pointwise;
 

@@ -294,7 +294,10 @@ pub fn status_text(
 /// `lab bench train-step`: time the training step of the first run of `sweep`'s `preset` with
 /// `attention`, on `threads` CPU threads (the global rayon pool), and describe it as one JSON
 /// object (`ms_per_step` median, `tokens_per_s`, and the model shape and optimiser so the same
-/// model can be rebuilt elsewhere; bench/torch_baseline.py reads it).
+/// model can be rebuilt elsewhere; bench/torch_baseline.py reads it). On a CubeCL backend with
+/// `profile_steps > 0`, also the kernel launches of that many more steps: `launches_per_step`,
+/// `device_ms_per_step` (the launches' device times summed, `null` when a launch carried no
+/// measurement), `device_timing` and `launch_kinds` (`[{kernel, per_step}]`, most frequent first).
 ///
 /// # Errors
 /// An unknown sweep or preset, a backend missing from the build, a rayon pool already set.
@@ -305,6 +308,7 @@ pub fn bench_train_step_json(
     threads: usize,
     warmup: usize,
     steps: usize,
+    profile_steps: usize,
     backend: Backend,
 ) -> Result<serde_json::Value, SweepError> {
     let fast = attention == AttentionKernel::Fast;
@@ -327,12 +331,18 @@ pub fn bench_train_step_json(
         .config;
     cfg.attention = attention;
     let total = warmup + steps;
-    let b =
-        crate::train::bench_train_step(&cfg, warmup, steps, &backend.device()?, &mut |s, ms| {
+    let b = crate::train::bench_train_step(
+        &cfg,
+        warmup,
+        steps,
+        profile_steps,
+        &backend.device()?,
+        &mut |s, ms| {
             let kind = if s < warmup { "warm-up" } else { "timed" };
             eprintln!("train-step: step {}/{total} ({kind}) {ms:.1} ms", s + 1);
-        });
-    Ok(serde_json::json!({
+        },
+    );
+    let mut json = serde_json::json!({
         "path": if fast { "fast" } else { "burn" },
         "ms_per_step": b.ms_per_step, "tokens_per_s": b.tokens_per_s,
         "first_step_ms": b.first_step_ms,
@@ -344,7 +354,21 @@ pub fn bench_train_step_json(
         "attention": cfg.attention.name(), "backend": backend.name(),
         "lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "adam_eps": cfg.adam_eps,
         "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip,
-    }))
+    });
+    if let Some(l) = &b.launches {
+        let per = |n: f64| n / b.profile_steps as f64;
+        json["profile_steps"] = b.profile_steps.into();
+        json["launches_per_step"] = per(l.launches as f64).into();
+        json["device_ms_per_step"] = l.device_ms.map(per).into();
+        json["device_timing"] = l.timing.into();
+        json["launch_kinds"] = l
+            .by_kernel
+            .iter()
+            .map(|(k, n)| serde_json::json!({"kernel": k, "per_step": per(*n as f64)}))
+            .collect::<Vec<_>>()
+            .into();
+    }
+    Ok(json)
 }
 
 /// What `lab run-one` ended with.
