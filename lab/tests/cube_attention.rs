@@ -496,37 +496,53 @@ fn library_forward_matches_the_lab_forward() {
     assert!(err.contains("not a dot product"), "{err}");
 }
 
-/// `lab bench train-step --profile-steps`: the launches of two profiled RoPE steps of the 2-layer
-/// step-check model, counted by kernel and timed on the device. The lab's own kernels are counted
-/// exactly: per layer and step one tiled forward, one `dq` and one key-side backward kernel, one
-/// `RowDot` (the backward's `Σ dout·out` per row) and six rotations (q and k forward, again in the
-/// backward, and the rotation of dq and dk back).
+/// `lab bench train-step --profile-steps`: the launches of two profiled steps of the block-width
+/// smoke model (RoPE, 1 layer), counted by kernel and timed on the device. The launch observer is
+/// process-wide, so the benchmark runs as its own process (this file's other tests launch kernels
+/// at the same time). The lab's own kernels are counted exactly: per layer and step one tiled
+/// forward, one `dq` and one key-side backward kernel, one `RowDot` (the backward's `Σ dout·out`
+/// per row) and six rotations (q and k forward, again in the backward, and dq and dk rotated back).
 #[test]
 fn training_step_launches_are_counted_and_timed() {
-    let mut cfg = lab::selfcheck::step_check_config("rope");
-    cfg.attention = lab::model::AttentionKernel::Fused;
-    let b = lab::train::bench_train_step(&cfg, 1, 1, 2, &wgpu(), &mut |_, _| {});
-    assert_eq!(b.profile_steps, 2);
-    let l = b.launches.expect("wgpu observes launches");
-    let count = |k: &str| {
-        l.by_kernel
-            .iter()
-            .find(|(name, _)| name == k)
-            .map_or(0, |(_, n)| *n)
-    };
-    let layers_steps = cfg.n_layers * 2;
-    assert_eq!(count("AttnFwdTiled"), layers_steps, "{:?}", l.by_kernel);
-    assert_eq!(count("AttnBwdDqTiled"), layers_steps);
-    assert_eq!(count("AttnBwdDkdvTiled"), layers_steps);
-    assert_eq!(count("RowDot"), layers_steps);
-    assert_eq!(count("RopeRotate"), 6 * layers_steps);
-    assert_eq!(
-        l.launches,
-        l.by_kernel.iter().map(|(_, n)| n).sum::<usize>()
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["bench", "train-step", "--preset", "smoke", "--backend", "wgpu"])
+        .args(["--steps", "1", "--warmup", "1", "--profile-steps", "2", "--threads", "1"])
+        .output()
+        .expect("lab runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(l.launches > 10 * layers_steps, "{} launches", l.launches);
-    let ms = l.device_ms.expect("every launch timed");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(j["encoding"], "rope");
+    assert_eq!(j["profile_steps"], 2);
+    let layers = j["n_layers"].as_f64().unwrap();
+    let kinds = j["launch_kinds"].as_array().unwrap();
+    let per_step = |k: &str| {
+        kinds
+            .iter()
+            .find(|e| e["kernel"] == k)
+            .map_or(0.0, |e| e["per_step"].as_f64().unwrap())
+    };
+    assert_eq!(per_step("AttnFwdTiled"), layers, "{kinds:?}");
+    assert_eq!(per_step("AttnBwdDqTiled"), layers);
+    assert_eq!(per_step("AttnBwdDkdvTiled"), layers);
+    assert_eq!(per_step("RowDot"), layers);
+    assert_eq!(per_step("RopeRotate"), 6.0 * layers);
+    let launches = j["launches_per_step"].as_f64().unwrap();
+    let summed: f64 = kinds.iter().map(|e| e["per_step"].as_f64().unwrap()).sum();
+    assert!((launches - summed).abs() < 1e-9, "{launches} vs {summed}");
+    assert!(launches > 10.0 * layers, "{launches} launches per step");
+    let ms = j["device_ms_per_step"].as_f64().expect("every launch timed");
     assert!(ms > 0.0 && ms.is_finite(), "device ms {ms}");
-    assert!(l.timing.is_some());
-    assert!(b.ms_per_step > 0.0 && b.steps == 1);
+    assert!(j["device_timing"].is_string());
+    // The CPU backend has no CubeCL launches: the flag is refused in one line.
+    let cpu = std::process::Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args(["bench", "train-step", "--preset", "smoke", "--profile-steps", "2"])
+        .output()
+        .expect("lab runs");
+    let err = String::from_utf8_lossy(&cpu.stderr);
+    assert!(!cpu.status.success() && err.contains("--profile-steps"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
