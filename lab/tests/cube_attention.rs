@@ -505,8 +505,24 @@ fn library_forward_matches_the_lab_forward() {
 #[test]
 fn training_step_launches_are_counted_and_timed() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(["bench", "train-step", "--preset", "smoke", "--backend", "wgpu"])
-        .args(["--steps", "1", "--warmup", "1", "--profile-steps", "2", "--threads", "1"])
+        .args([
+            "bench",
+            "train-step",
+            "--preset",
+            "smoke",
+            "--backend",
+            "wgpu",
+        ])
+        .args([
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--profile-steps",
+            "2",
+            "--threads",
+            "1",
+        ])
         .output()
         .expect("lab runs");
     assert!(
@@ -534,15 +550,27 @@ fn training_step_launches_are_counted_and_timed() {
     let summed: f64 = kinds.iter().map(|e| e["per_step"].as_f64().unwrap()).sum();
     assert!((launches - summed).abs() < 1e-9, "{launches} vs {summed}");
     assert!(launches > 10.0 * layers, "{launches} launches per step");
-    let ms = j["device_ms_per_step"].as_f64().expect("every launch timed");
+    let ms = j["device_ms_per_step"]
+        .as_f64()
+        .expect("every launch timed");
     assert!(ms > 0.0 && ms.is_finite(), "device ms {ms}");
     assert!(j["device_timing"].is_string());
     // The CPU backend has no CubeCL launches: the flag is refused in one line.
     let cpu = std::process::Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args(["bench", "train-step", "--preset", "smoke", "--profile-steps", "2"])
+        .args([
+            "bench",
+            "train-step",
+            "--preset",
+            "smoke",
+            "--profile-steps",
+            "2",
+        ])
         .output()
         .expect("lab runs");
     let err = String::from_utf8_lossy(&cpu.stderr);
-    assert!(!cpu.status.success() && err.contains("--profile-steps"), "{err}");
+    assert!(
+        !cpu.status.success() && err.contains("--profile-steps"),
+        "{err}"
+    );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }

@@ -24,8 +24,8 @@ use cubecl::logging::{LaunchObservation, LaunchObserver, ProfileDuration, Timing
 pub struct LaunchProfile {
     /// Kernel launches issued during the pass.
     pub launches: usize,
-    /// Launches per kernel name (CubeCL's names, hashes and generic arguments cut off:
-    /// [`short_kernel_name`]), most frequent first, ties by name.
+    /// Launches per kernel, named by [`short_kernel_name`] (the kernel's Rust type), most
+    /// frequent first, ties by name.
     pub by_kernel: Vec<(String, usize)>,
     /// Sum of the launches' device times in ms, when timing was asked for and every launch
     /// carried a measurement; `None` otherwise.
@@ -167,9 +167,9 @@ pub fn observe<R>(timing: bool, pass: impl FnOnce() -> R) -> (R, Option<LaunchPr
     )
 }
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
 /// Resolve the deferred measurements and add the ones delivered already read; `None` if any
 /// launch carried none (a refused profile, a window the device reported empty).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
 fn read_times(recorder: &Recorder) -> (Option<f64>, Option<&'static str>) {
     let profiles = std::mem::take(&mut *recorder.profiles.lock().expect("profiles poisoned"));
     let timed = std::mem::take(&mut *recorder.timed_ms.lock().expect("timings poisoned"));
