@@ -744,8 +744,9 @@ pub enum BenchCmd {
         #[arg(long, value_enum, default_value_t = Backend::Cpu)]
         backend: Backend,
         /// On `wgpu` / `cuda`: this many more steps (0..=1000) after the timed ones with every
-        /// kernel launch counted and timed on the device, not in the median; adds
-        /// `launches_per_step`, `device_ms_per_step` and `launch_kinds` to the JSON.
+        /// kernel launch counted and timed on the device, then as many under CubeCL's dry run
+        /// (launches dropped: the host's work alone), none in the median; adds
+        /// `launches_per_step`, `device_ms_per_step`, `launch_kinds` and `host_ms_per_step`.
         #[arg(long, allow_negative_numbers = true, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1000))]
         profile_steps: u32,
     },

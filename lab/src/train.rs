@@ -48,7 +48,7 @@ pub struct AdamW {
     /// First and second moments per parameter, each `(Tensor<D>, Tensor<D>)` in the parameter's
     /// own shape (boxed because parameters differ in rank): no reshape between the parameter,
     /// its gradient and its moments, so burn's fusion can fuse more of each update on the CubeCL
-    /// backends (a reshape ends a fused block: 30 launches fewer per quick-model step on
+    /// backends (a reshape ends a fused block: 28 launches fewer per quick-model step on
     /// lavapipe; docs/performance.md, "Launches per training step").
     moments: HashMap<ParamId, Box<dyn std::any::Any>>,
 }
@@ -387,11 +387,27 @@ pub fn train_step(
     examples: &[Example],
     device: &Device,
 ) -> (Transformer, Result<StepResult, String>) {
+    step_with_checks(model, opt, cfg, step, examples, device, true)
+}
+
+/// [`train_step`]; with `checks` off, nothing depends on a value read back (the reads happen all
+/// the same): no divergence check, and a non-finite clip factor taken as 1. That is the step
+/// [`bench_train_step`] times under CubeCL's dry run, where every read returns whatever the
+/// unwritten buffers hold.
+fn step_with_checks(
+    model: Transformer,
+    opt: &mut AdamW,
+    cfg: &RunConfig,
+    step: usize,
+    examples: &[Example],
+    device: &Device,
+    checks: bool,
+) -> (Transformer, Result<StepResult, String>) {
     let batch = to_batch(examples, device);
     let logits = model.forward(batch.inputs);
     let (loss, correct) = masked_cross_entropy(logits, batch.targets, batch.mask);
     let loss_value = loss.clone().into_scalar::<f32>() as f64;
-    if !loss_value.is_finite() {
+    if checks && !loss_value.is_finite() {
         return (
             model,
             Err(format!("non-finite training loss ({loss_value})")),
@@ -399,10 +415,10 @@ pub fn train_step(
     }
     let grads = GradientsParams::from_grads(loss.backward(), &model);
     let norm = global_grad_norm(&model, &grads);
-    if !norm.is_finite() {
+    if checks && !norm.is_finite() {
         return (model, Err(format!("non-finite gradient norm ({norm})")));
     }
-    if cfg.max_grad_norm > 0.0 && norm > cfg.max_grad_norm {
+    if checks && cfg.max_grad_norm > 0.0 && norm > cfg.max_grad_norm {
         return (
             model,
             Err(format!(
@@ -412,9 +428,11 @@ pub fn train_step(
         );
     }
     let lr = lr_at(step, cfg);
-    let model = opt
-        .step(model, lr, grads, clip_factor(norm, cfg.grad_clip))
-        .project();
+    let clip = match clip_factor(norm, cfg.grad_clip) {
+        c if c.is_finite() => c,
+        _ => 1.0,
+    };
+    let model = opt.step(model, lr, grads, clip).project();
     let result = StepResult {
         loss: loss_value,
         correct: correct.into_scalar::<f32>() as f64,
@@ -443,6 +461,13 @@ pub struct StepBench {
     pub launches: Option<crate::kernels::launches::LaunchProfile>,
     /// The steps [`launches`](Self::launches) covers (0 without it).
     pub profile_steps: usize,
+    /// On a CubeCL backend with `profile_steps > 0`: the median wall ms of that many more steps
+    /// run under CubeCL's dry run (`cubecl::dry_run::DryRun`: every launch is prepared, compiled
+    /// if new, and dropped before the device), i.e. the step's host work alone — burn's
+    /// autodiff, fusion and CubeCL's client — without the device's work and without the
+    /// server's encoding of each dispatch (so a lower bound of the host's share). `None`
+    /// otherwise, or if those steps failed.
+    pub host_ms_per_step: Option<f64>,
 }
 
 /// Time `steps` training steps of `cfg`'s model after `warmup` steps (batches pre-generated):
@@ -465,7 +490,7 @@ pub fn bench_train_step(
     } else {
         profile_steps
     };
-    let batches: Vec<Vec<Example>> = (0..warmup + steps + profile_steps)
+    let batches: Vec<Vec<Example>> = (0..warmup + steps + 2 * profile_steps)
         .map(|s| cfg.train_batch(s).expect("config validated"))
         .collect();
     let mut times = Vec::with_capacity(steps);
@@ -485,6 +510,7 @@ pub fn bench_train_step(
     let ad_device = device.clone().autodiff();
     let model = cfg.model().init(cfg.seed, &ad_device);
     let mut launches = None;
+    let mut host_ms_per_step = None;
     if cfg.attention == AttentionKernel::Fast && crate::kernels::is_flex(device) {
         let mut fast = FastModel::from_burn(&model, &cfg.model());
         let mut opt = FastAdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
@@ -497,14 +523,14 @@ pub fn bench_train_step(
     } else {
         let mut model = Some(model);
         let mut opt = AdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
-        let mut step = |s: usize| {
+        let mut step = |s: usize, checks: bool| {
             let m = model.take().expect("a model between steps");
-            let (next, r) = train_step(m, &mut opt, cfg, s, &batches[s], &ad_device);
+            let (next, r) = step_with_checks(m, &mut opt, cfg, s, &batches[s], &ad_device, checks);
             model = Some(next);
             r.expect("benchmark step diverged");
         };
         for s in 0..warmup + steps {
-            timed(s, &mut || step(s));
+            timed(s, &mut || step(s, true));
         }
         if profile_steps > 0 {
             // Every launch of the timed steps issued and finished first (burn's fusion holds
@@ -515,7 +541,7 @@ pub fn bench_train_step(
             let profiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 crate::kernels::launches::observe(true, || {
                     for s in warmup + steps..warmup + steps + profile_steps {
-                        step(s);
+                        step(s, true);
                     }
                     let _ = device.sync();
                 })
@@ -524,6 +550,29 @@ pub fn bench_train_step(
                 Ok(((), profile)) => profile,
                 Err(_) => {
                     eprintln!("train-step: the profiled steps failed; no launch profile");
+                    None
+                }
+            };
+            // Then the host's share alone: the same steps with every launch dropped. Last, since
+            // the model's values are garbage afterwards (its buffers were never written).
+            let start = warmup + steps + profile_steps;
+            let dry = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                crate::kernels::launches::dry_run(|| {
+                    let mut ms: Vec<f64> = (start..start + profile_steps)
+                        .map(|s| {
+                            let t0 = Instant::now();
+                            step(s, false);
+                            let _ = device.sync();
+                            t0.elapsed().as_secs_f64() * 1e3
+                        })
+                        .collect();
+                    median(&mut ms)
+                })
+            }));
+            host_ms_per_step = match dry {
+                Ok(ms) => ms,
+                Err(_) => {
+                    eprintln!("train-step: the dry-run steps failed; no host time");
                     None
                 }
             };
@@ -537,6 +586,7 @@ pub fn bench_train_step(
         first_step_ms,
         profile_steps: if launches.is_some() { profile_steps } else { 0 },
         launches,
+        host_ms_per_step,
     }
 }
 

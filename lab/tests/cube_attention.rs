@@ -497,7 +497,8 @@ fn library_forward_matches_the_lab_forward() {
 }
 
 /// `lab bench train-step --profile-steps`: the launches of two profiled steps of the block-width
-/// smoke model (RoPE, 1 layer), counted by kernel and timed on the device. The launch observer is
+/// smoke model (RoPE, 1 layer), counted by kernel and timed on the device, then two steps under
+/// CubeCL's dry run for the host's time. The launch observer is
 /// process-wide, so the benchmark runs as its own process (this file's other tests launch kernels
 /// at the same time). The lab's own kernels are counted exactly: per layer and step one tiled
 /// forward, one `dq` and one key-side backward kernel, one `RowDot` (the backward's `Σ dout·out`
@@ -555,6 +556,10 @@ fn training_step_launches_are_counted_and_timed() {
         .expect("every launch timed");
     assert!(ms > 0.0 && ms.is_finite(), "device ms {ms}");
     assert!(j["device_timing"].is_string());
+    let host = j["host_ms_per_step"]
+        .as_f64()
+        .expect("the dry-run steps ran");
+    assert!(host > 0.0 && host.is_finite(), "host ms {host}");
     // The CPU backend has no CubeCL launches: the flag is refused in one line.
     let cpu = std::process::Command::new(env!("CARGO_BIN_EXE_lab"))
         .args([

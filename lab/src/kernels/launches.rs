@@ -167,6 +167,22 @@ pub fn observe<R>(timing: bool, pass: impl FnOnce() -> R) -> (R, Option<LaunchPr
     )
 }
 
+/// Run `pass` under CubeCL's dry run (`cubecl::dry_run::DryRun`, process-wide while `pass`
+/// runs): every kernel launch is prepared and compiled if new, then dropped before the device;
+/// buffers keep whatever they held, so values read back mean nothing. `Some(pass())` on a CubeCL
+/// build; `None` without one (`pass` is not run).
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub fn dry_run<R>(pass: impl FnOnce() -> R) -> Option<R> {
+    let _dry = cubecl::dry_run::DryRun::new();
+    Some(pass())
+}
+
+/// Without a CubeCL backend there is nothing to dry-run: `None`, and `pass` is not run.
+#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+pub fn dry_run<R>(_pass: impl FnOnce() -> R) -> Option<R> {
+    None
+}
+
 /// Resolve the deferred measurements and add the ones delivered already read; `None` if any
 /// launch carried none (a refused profile, a window the device reported empty).
 #[cfg(any(feature = "wgpu", feature = "cuda"))]

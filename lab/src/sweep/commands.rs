@@ -297,7 +297,9 @@ pub fn status_text(
 /// model can be rebuilt elsewhere; bench/torch_baseline.py reads it). On a CubeCL backend with
 /// `profile_steps > 0`, also the kernel launches of that many more steps: `launches_per_step`,
 /// `device_ms_per_step` (the launches' device times summed, `null` when a launch carried no
-/// measurement), `device_timing` and `launch_kinds` (`[{kernel, per_step}]`, most frequent first).
+/// measurement), `device_timing`, `launch_kinds` (`[{kernel, per_step}]`, most frequent first)
+/// and `host_ms_per_step` (the median of that many steps more under CubeCL's dry run: the host's
+/// work alone; [`crate::train::StepBench::host_ms_per_step`]).
 ///
 /// # Errors
 /// An unknown sweep or preset, a backend missing from the build, a rayon pool already set.
@@ -361,6 +363,7 @@ pub fn bench_train_step_json(
         json["launches_per_step"] = per(l.launches as f64).into();
         json["device_ms_per_step"] = l.device_ms.map(per).into();
         json["device_timing"] = l.timing.into();
+        json["host_ms_per_step"] = b.host_ms_per_step.into();
         json["launch_kinds"] = l
             .by_kernel
             .iter()
