@@ -126,15 +126,26 @@ impl ModuleMapper for AdamWMapper<'_> {
     }
 }
 
-/// Global L2 norm of every gradient in `grads` that belongs to `model`.
+/// Global L2 norm of every gradient in `grads` that belongs to `model`: on flex through burn's
+/// `square().sum()` per gradient, summed in f32; on a CubeCL device (`wgpu`, `cuda`) one
+/// partial-sum kernel per gradient and an f64 sum on the host
+/// ([`crate::kernels::cube::sum_of_squares`]: a third of the launches).
 pub fn global_grad_norm<M: Module>(model: &M, grads: &GradientsParams) -> f64 {
     struct NormVisitor<'a> {
         grads: &'a GradientsParams,
         total: Option<Tensor<1>>,
+        /// On a CubeCL device: the gradients, for one partial-sum kernel each.
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        cube: Vec<burn_cubecl::tensor::CubeTensor>,
     }
     impl ModuleVisitor for NormVisitor<'_> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             if let Some(g) = self.grads.get::<D>(param.id) {
+                #[cfg(any(feature = "wgpu", feature = "cuda"))]
+                if !crate::kernels::is_flex(&g.device()) {
+                    self.cube.push(crate::kernels::cube::tensor_to_cube(g));
+                    return;
+                }
                 let s = g.square().sum();
                 self.total = Some(match self.total.take() {
                     Some(t) => t + s,
@@ -143,8 +154,17 @@ pub fn global_grad_norm<M: Module>(model: &M, grads: &GradientsParams) -> f64 {
             }
         }
     }
-    let mut v = NormVisitor { grads, total: None };
+    let mut v = NormVisitor {
+        grads,
+        total: None,
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        cube: Vec::new(),
+    };
     model.visit(&mut v);
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    if !v.cube.is_empty() {
+        return crate::kernels::cube::sum_of_squares(v.cube).sqrt();
+    }
     v.total
         .map(|t| (t.into_scalar::<f32>() as f64).sqrt())
         .unwrap_or(0.0)

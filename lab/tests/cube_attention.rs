@@ -547,6 +547,9 @@ fn training_step_launches_are_counted_and_timed() {
     assert_eq!(per_step("AttnBwdDkdvTiled"), layers);
     assert_eq!(per_step("RowDot"), layers);
     assert_eq!(per_step("RopeRotate"), 6.0 * layers);
+    // The gradient norm: one partial-sum kernel per parameter (embedding, head, final gain, and
+    // eight per block: two gains and six matrices).
+    assert_eq!(per_step("SqSumPartials"), 3.0 + 8.0 * layers);
     let launches = j["launches_per_step"].as_f64().unwrap();
     let summed: f64 = kinds.iter().map(|e| e["per_step"].as_f64().unwrap()).sum();
     assert!((launches - summed).abs() < 1e-9, "{launches} vs {summed}");
@@ -578,4 +581,43 @@ fn training_step_launches_are_counted_and_timed() {
         "{err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+/// The gradient norm's sum of squares on the device (`cube::sum_of_squares`) against a direct
+/// f64 sum: tensors shorter than, equal to and longer than a unit's 256 elements, a partial last
+/// stride, a matrix; and the same bits twice; no tensors give 0.
+#[test]
+fn sum_of_squares_matches_a_direct_sum() {
+    let d = wgpu();
+    let mut want = 0.0f64;
+    let mut host = Vec::new();
+    for (k, shape) in [
+        [1usize, 1],
+        [1, 255],
+        [1, 256],
+        [1, 257],
+        [17, 31],
+        [1, 3 * 256 + 5],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let n = shape[0] * shape[1];
+        let v: Vec<f32> = (0..n)
+            .map(|i| ((i * 7 + k * 13) % 23) as f32 * 0.125 - 1.3)
+            .collect();
+        want += v.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>();
+        host.push((v, shape));
+    }
+    let run = || {
+        cube::sum_of_squares(
+            host.iter()
+                .map(|(v, shape)| host_to_cube(v, *shape, &d))
+                .collect(),
+        )
+    };
+    let got = run();
+    assert!((got - want).abs() <= 1e-6 * want, "{got} vs {want}");
+    assert_eq!(got.to_bits(), run().to_bits());
+    assert_eq!(cube::sum_of_squares(Vec::new()), 0.0);
 }

@@ -811,6 +811,23 @@ mod kernels {
         delta[r] = acc;
     }
 
+    /// Partial sums of squares for a gradient norm: unit `u < units` adds `x[i]²` over
+    /// `i = u, u + units, u + 2·units, … < n` in that order into `partials[offset + u]`.
+    #[cube(launch, create_dummy_kernel)]
+    pub fn sq_sum_partials(x: &[f32], partials: &mut [f32], n: u32, units: u32, offset: u32) {
+        let u = ABSOLUTE_POS as u32;
+        if u >= units {
+            terminate!();
+        }
+        let iters = (n - u).div_ceil(units);
+        let mut acc = 0.0f32;
+        for k in 0..iters {
+            let v = x[(u + k * units) as usize];
+            acc += v * v;
+        }
+        partials[(offset + u) as usize] = acc;
+    }
+
     /// Backward for `dq` (or `dq̃`): one unit per query row, looping over keys `j ≤ i`.
     #[cube(launch, create_dummy_kernel)]
     pub fn attn_bwd_dq(
@@ -2508,6 +2525,68 @@ fn launch_dims(like: &CubeTensor, units: usize) -> (CubeCount, CubeDim) {
     let dim = CubeDim::new_1d(CUBE_UNITS);
     let count = calculate_cube_count_elemwise(&like.client, units.max(1), dim);
     (count, dim)
+}
+
+/// Elements each unit of [`sum_of_squares`] adds (before the last, partial stride).
+const SQ_SUM_PER_UNIT: usize = 256;
+
+/// `Σ_t Σ_i t[i]²` over the tensors `ts` (any shapes, f32), in f64 on the host from per-unit
+/// partial sums: one launch of `sq_sum_partials` per tensor, each unit of a tensor adding every
+/// `units`-th element (coalesced reads; `units = ⌈n/256⌉`), then one read of all the partials,
+/// summed in a fixed order. The lab's global gradient norm on CubeCL devices
+/// ([`crate::train::global_grad_norm`]): three launches fewer per parameter than burn's
+/// `square().sum()` (a fused square, a zero fill and an atomic shared-memory sum) and, with a
+/// fixed order, the same bits run after run. Empty input: 0.
+///
+/// # Panics
+/// If the device read fails.
+pub fn sum_of_squares(ts: Vec<CubeTensor>) -> f64 {
+    let ts: Vec<CubeTensor> = ts.into_iter().map(|t| prepare(t, "gradient")).collect();
+    let Some(first) = ts.first() else {
+        return 0.0;
+    };
+    let units: Vec<usize> = ts
+        .iter()
+        .map(|t| t.shape().num_elements().div_ceil(SQ_SUM_PER_UNIT))
+        .collect();
+    let total: usize = units.iter().sum();
+    let partials = empty_like(first, vec![total.max(1)]);
+    let client = first.client.clone();
+    let mut offset = 0usize;
+    for (t, &u) in ts.iter().zip(&units) {
+        if u == 0 {
+            continue;
+        }
+        let (count, dim) = launch_dims(t, u);
+        launch!(
+            sq_sum_partials,
+            &client,
+            count,
+            dim,
+            arg(t),
+            arg(&partials),
+            t.shape().num_elements() as u32,
+            u as u32,
+            offset as u32,
+        );
+        offset += u;
+    }
+    if total == 0 {
+        return 0.0;
+    }
+    cube_to_host(partials).iter().map(|&p| p as f64).sum()
+}
+
+/// The device tensor behind a float tensor of a `wgpu` or `cuda` device (burn's `Cube` backend,
+/// fused or not; resolving a fused tensor runs what is pending on its stream).
+///
+/// # Panics
+/// If `t` is not on a CubeCL device.
+pub fn tensor_to_cube<const D: usize>(t: burn::tensor::Tensor<D>) -> CubeTensor {
+    <burn::backend::Cube as CubePrimitives>::to_cube(
+        t.try_into_primitive::<burn::backend::Cube>()
+            .expect("a wgpu or cuda tensor is a Cube primitive"),
+    )
 }
 
 /// Comptime/runtime settings of the attention kernels for one call.
