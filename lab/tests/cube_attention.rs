@@ -621,3 +621,23 @@ fn sum_of_squares_matches_a_direct_sum() {
     assert_eq!(got.to_bits(), run().to_bits());
     assert_eq!(cube::sum_of_squares(Vec::new()), 0.0);
 }
+
+/// The gradient norm's kernel (`sq_sum_partials`, launched by `cube::sum_of_squares`) compiles to
+/// CUDA C++ for an sm 90 GPU (captured, not launched: the read afterwards returns whatever the
+/// unwritten buffer holds).
+#[cfg(feature = "cuda-source")]
+#[test]
+fn gradient_norm_kernel_compiles_for_sm90() {
+    use lab::kernels::cuda_source;
+    let t = host_to_cube(&[1.0f32; 300], [300], &wgpu());
+    let (_, kernels) = cuda_source::capture(90, || cube::sum_of_squares(vec![t]));
+    assert_eq!(kernels.len(), 1);
+    let kernels = kernels.into_iter().map(|(n, _, k)| (n, k)).collect();
+    let sources = cuda_source::compile(kernels, 90, "gradient norm").unwrap();
+    assert_eq!(sources[0].kernel, "sq_sum_partials");
+    assert!(
+        sources[0].source.contains("__global__"),
+        "{}",
+        sources[0].source
+    );
+}

@@ -2534,9 +2534,9 @@ const SQ_SUM_PER_UNIT: usize = 256;
 /// partial sums: one launch of `sq_sum_partials` per tensor, each unit of a tensor adding every
 /// `units`-th element (coalesced reads; `units = ⌈n/256⌉`), then one read of all the partials,
 /// summed in a fixed order. The lab's global gradient norm on CubeCL devices
-/// ([`crate::train::global_grad_norm`]): three launches fewer per parameter than burn's
-/// `square().sum()` (a fused square, a zero fill and an atomic shared-memory sum) and, with a
-/// fixed order, the same bits run after run. Empty input: 0.
+/// ([`crate::train::global_grad_norm`]): one launch per parameter where burn's `square().sum()`
+/// takes three (a fused square, a zero fill and an atomic shared-memory sum) and the scalars are
+/// then added on the device; with a fixed order, the same bits run after run. Empty input: 0.
 ///
 /// # Panics
 /// If the device read fails.
