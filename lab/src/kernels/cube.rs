@@ -2550,7 +2550,10 @@ pub fn sum_of_squares(ts: Vec<CubeTensor>) -> f64 {
         .map(|t| t.shape().num_elements().div_ceil(SQ_SUM_PER_UNIT))
         .collect();
     let total: usize = units.iter().sum();
-    let partials = empty_like(first, vec![total.max(1)]);
+    if total == 0 {
+        return 0.0;
+    }
+    let partials = empty_like(first, vec![total]);
     let client = first.client.clone();
     let mut offset = 0usize;
     for (t, &u) in ts.iter().zip(&units) {
@@ -2570,9 +2573,6 @@ pub fn sum_of_squares(ts: Vec<CubeTensor>) -> f64 {
             offset as u32,
         );
         offset += u;
-    }
-    if total == 0 {
-        return 0.0;
     }
     cube_to_host(partials).iter().map(|&p| p as f64).sum()
 }

@@ -1,5 +1,7 @@
-//! Every CubeCL kernel a pass launches, counted by name and timed on the device
-//! (`lab bench train-step` on `--backend wgpu|cuda`: `launches_per_step`, `device_ms_per_step`).
+//! Every CubeCL kernel a pass launches, counted by name and timed on the device ([`observe`]), and
+//! a pass with every launch dropped, for the host's time alone ([`dry_run`])
+//! (`lab bench train-step --backend wgpu|cuda --profile-steps N`: `launches_per_step`,
+//! `device_ms_per_step`, `host_ms_per_step`).
 //!
 //! A training step of the lab's small models on a GPU is a few hundred launches of kernels that
 //! each run for microseconds, so whether it keeps up with PyTorch eager is decided by how many
