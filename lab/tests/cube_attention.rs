@@ -1,8 +1,9 @@
 //! CubeCL flash attention (`lab::kernels::cube`) against the reference attention.
 //!
-//! Run with `make test-wgpu` (`cargo test --release -p lab --features wgpu,cuda-source --test
-//! cube_attention`; `--features wgpu,fusion` for burn's fused CubeCL backend, the configuration
-//! `cuda` uses). With `cuda-source`, the kernels' CUDA C++ for an sm 90 GPU is generated too.
+//! Run with `make test-wgpu` (`cargo test --release -p lab --features wgpu,cuda-source,fusion
+//! --test cube_attention`: burn's fused CubeCL backend, the configuration `cuda` uses;
+//! `make test-wgpu-plain` without `fusion`). With `cuda-source`, the kernels' CUDA C++ for an sm 90
+//! GPU is generated too.
 //! On a machine without a GPU, wgpu runs the kernels on Mesa's lavapipe (Vulkan on the CPU).
 //!
 //! The equivalence checks are `lab selfcheck --backend wgpu` (`lab::selfcheck`: the cases,
@@ -496,15 +497,9 @@ fn library_forward_matches_the_lab_forward() {
     assert!(err.contains("not a dot product"), "{err}");
 }
 
-/// `lab bench train-step --profile-steps`: the launches of two profiled steps of the block-width
-/// smoke model (RoPE, 1 layer), counted by kernel and timed on the device, then two steps under
-/// CubeCL's dry run for the host's time. The launch observer is
-/// process-wide, so the benchmark runs as its own process (this file's other tests launch kernels
-/// at the same time). The lab's own kernels are counted exactly: per layer and step one tiled
-/// forward, one `dq` and one key-side backward kernel, one `RowDot` (the backward's `Σ dout·out`
-/// per row) and six rotations (q and k forward, again in the backward, and dq and dk rotated back).
-#[test]
-fn training_step_launches_are_counted_and_timed() {
+/// `lab bench train-step --preset smoke --backend wgpu` with 2 profiled steps, as its own
+/// process (the launch observer is process-wide) with the environment `env`: its JSON.
+fn profiled_smoke_step(env: &[(&str, &str)]) -> serde_json::Value {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_lab"))
         .args([
             "bench",
@@ -524,6 +519,7 @@ fn training_step_launches_are_counted_and_timed() {
             "--threads",
             "1",
         ])
+        .envs(env.iter().copied())
         .output()
         .expect("lab runs");
     assert!(
@@ -531,7 +527,19 @@ fn training_step_launches_are_counted_and_timed() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+/// `lab bench train-step --profile-steps`: the launches of two profiled steps of the block-width
+/// smoke model (RoPE, 1 layer), counted by kernel and timed on the device, then two steps under
+/// CubeCL's dry run for the host's time. The launch observer is
+/// process-wide, so the benchmark runs as its own process (this file's other tests launch kernels
+/// at the same time). The lab's own kernels are counted exactly: per layer and step one tiled
+/// forward, one `dq` and one key-side backward kernel, one `RowDot` (the backward's `Σ dout·out`
+/// per row) and six rotations (q and k forward, again in the backward, and dq and dk rotated back).
+#[test]
+fn training_step_launches_are_counted_and_timed() {
+    let j = profiled_smoke_step(&[]);
     assert_eq!(j["encoding"], "rope");
     assert_eq!(j["profile_steps"], 2);
     let layers = j["n_layers"].as_f64().unwrap();
@@ -581,6 +589,80 @@ fn training_step_launches_are_counted_and_timed() {
         "{err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+/// burn's fusion as the lab sets it (`lab::kernels::fusion_config`): one block per stretch
+/// launches fewer kernels per step than burn's default search width (5), whose ordering repair
+/// ran whole stretches unfused; the attention drained the stream or not (`LAB_FUSION_ATTENTION`),
+/// the lab's own kernels are the same; a bad value is refused in one line.
+#[cfg(feature = "fusion")]
+#[test]
+fn fusion_settings_fuse_more_of_the_step() {
+    use lab::kernels::fusion_config::with_max_blocks;
+    let config = with_max_blocks(burn::BurnConfig::default(), 3);
+    assert_eq!(config.fusion().beam_search.max_blocks, 3);
+    let default = burn::BurnConfig::default();
+    assert_eq!(default.fusion().beam_search.max_blocks, 5, "burn's default");
+    assert_eq!(
+        config.fusion().growth_patience,
+        default.fusion().growth_patience
+    );
+
+    let launches = |j: &serde_json::Value| j["launches_per_step"].as_f64().unwrap();
+    let lab_kernels = |j: &serde_json::Value| {
+        let mut k: Vec<(String, f64)> = j["launch_kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["kernel"].as_str().unwrap().to_string(),
+                    e["per_step"].as_f64().unwrap(),
+                )
+            })
+            .filter(|(name, _)| {
+                name.starts_with("Attn") || name == "RowDot" || name == "RopeRotate"
+            })
+            .collect();
+        k.sort_by(|a, b| a.0.cmp(&b.0));
+        k
+    };
+    let lab_default = profiled_smoke_step(&[]);
+    let blocks5 = profiled_smoke_step(&[("LAB_FUSION_MAX_BLOCKS", "5")]);
+    let eager = profiled_smoke_step(&[("LAB_FUSION_ATTENTION", "eager")]);
+    assert!(
+        launches(&lab_default) < launches(&blocks5),
+        "max_blocks 1: {} launches per step, 5: {}",
+        launches(&lab_default),
+        launches(&blocks5)
+    );
+    assert_eq!(lab_kernels(&lab_default), lab_kernels(&eager));
+    assert_eq!(lab_kernels(&lab_default), lab_kernels(&blocks5));
+    assert!(
+        lab_kernels(&lab_default).len() >= 4,
+        "{:?}",
+        lab_kernels(&lab_default)
+    );
+
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_lab"))
+        .args([
+            "bench",
+            "train-step",
+            "--preset",
+            "smoke",
+            "--backend",
+            "wgpu",
+        ])
+        .env("LAB_FUSION_MAX_BLOCKS", "0")
+        .output()
+        .expect("lab runs");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success(), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.contains("LAB_FUSION_MAX_BLOCKS"))
+        .unwrap_or("");
+    assert!(line.contains("from 1 to 64"), "{err}");
 }
 
 /// The gradient norm's sum of squares on the device (`cube::sum_of_squares`) against a direct

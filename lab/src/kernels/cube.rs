@@ -3463,14 +3463,130 @@ impl CubeAttentionParams {
 }
 
 /// The CubeCL backends the extension is implemented for: burn's unfused [`CubeBackend`], and
-/// (feature `fusion`, which `cuda` turns on) `Fusion<CubeBackend>`, whose tensors are resolved to
-/// [`CubeTensor`]s before the kernels run and registered back afterwards (eager: the fusion
-/// stream is drained at each call).
+/// (feature `fusion`, which `cuda` turns on) `Fusion<CubeBackend>`.
+///
+/// On `CubeBackend` the attention kernels run when the op is called. On `Fusion<CubeBackend>`
+/// [`CubePrimitives::attention_forward`] and [`CubePrimitives::attention_backward`] are
+/// registered in burn's fusion stream as one custom operation each (lazy, like burn's own
+/// operations): the kernels run when the stream reaches them, and the stream is not drained at
+/// each call (the host's share of a small training step fell by 40 % on lavapipe:
+/// docs/performance.md, "One fusion block per stretch, and the attention in the stream");
+/// `LAB_FUSION_ATTENTION=eager` restores the draining path
+/// ([`super::fusion_config::AttentionMode`]).
 pub trait CubePrimitives: burn::backend::Backend {
-    /// The device tensor behind a float primitive of this backend.
+    /// The device tensor behind a float primitive of this backend (on `Fusion`: the stream is
+    /// drained up to it).
     fn to_cube(t: FloatTensor<Self>) -> CubeTensor;
     /// A float primitive of this backend holding `t`.
     fn from_cube(t: CubeTensor) -> FloatTensor<Self>;
+
+    /// [`forward`] on this backend's tensors: `(out [batch, heads, seq, head_dim], lse [batch,
+    /// heads, seq])` from `q`, `k`, `v` `[batch, heads, seq, head_dim]` f32 and, for PoPE, `delta`
+    /// `[heads · head_dim]`.
+    ///
+    /// # Panics
+    /// As [`forward`]: mismatched shapes, a non-f32 dtype, PoPE without `delta`.
+    fn attention_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        delta: Option<FloatTensor<Self>>,
+        spec: &AttentionSpec,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        eager_forward::<Self>(q, k, v, delta, spec)
+    }
+
+    /// [`backward`] on this backend's tensors: `[dq, dk, dv]` like `q`, then PoPE's `dδ`
+    /// `[heads · head_dim]`.
+    fn attention_backward(
+        saved: AttentionSaved<Self>,
+        dout: FloatTensor<Self>,
+    ) -> Vec<FloatTensor<Self>> {
+        eager_backward::<Self>(saved, dout)
+    }
+}
+
+/// [`CubePrimitives::attention_forward`] run now, on the inputs resolved to device tensors.
+fn eager_forward<B: CubePrimitives>(
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    delta: Option<FloatTensor<B>>,
+    spec: &AttentionSpec,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let params = spec.params(delta.map(B::to_cube));
+    let (out, lse) = forward(B::to_cube(q), B::to_cube(k), B::to_cube(v), &params);
+    (B::from_cube(out), B::from_cube(lse))
+}
+
+/// [`CubePrimitives::attention_backward`] run now, on the inputs resolved to device tensors.
+fn eager_backward<B: CubePrimitives>(
+    saved: AttentionSaved<B>,
+    dout: FloatTensor<B>,
+) -> Vec<FloatTensor<B>> {
+    let params = saved.spec.params(saved.delta.map(B::to_cube));
+    let g = backward(
+        B::to_cube(saved.q),
+        B::to_cube(saved.k),
+        B::to_cube(saved.v),
+        B::to_cube(saved.out),
+        B::to_cube(saved.lse),
+        B::to_cube(dout),
+        &params,
+    );
+    let mut grads = vec![g.dq, g.dk, g.dv];
+    grads.extend(g.ddelta);
+    grads.into_iter().map(B::from_cube).collect()
+}
+
+/// The attention op's settings besides its tensors: the encoding (PoPE's δ is a tensor input of
+/// the op, not part of it) and the kernel layout, fixed when the op is called.
+#[derive(Clone, Debug)]
+pub struct AttentionSpec {
+    /// The encoding, as the CPU kernels take it.
+    pub encoding: KernelEncoding,
+    /// Kernel layout.
+    pub strategy: CubeStrategy,
+}
+
+impl AttentionSpec {
+    /// `encoding` with the layout [`default_strategy`] gives now.
+    pub fn new(encoding: KernelEncoding) -> Self {
+        Self {
+            encoding,
+            strategy: default_strategy(),
+        }
+    }
+
+    /// The kernels' parameters, with PoPE's `delta` once it is a device tensor.
+    ///
+    /// # Panics
+    /// PoPE without `delta`.
+    fn params(&self, delta: Option<CubeTensor>) -> CubeAttentionParams {
+        let mut params = CubeAttentionParams::from_kernel_encoding(self.encoding.clone(), delta);
+        params.strategy = self.strategy;
+        params
+    }
+}
+
+/// What the attention backward needs, saved by the forward under autodiff (this backend's
+/// tensors: on `Fusion`, lazy ones).
+#[derive(Clone, Debug)]
+pub struct AttentionSaved<B: burn::backend::Backend> {
+    /// `[batch, heads, seq, head_dim]`.
+    pub q: FloatTensor<B>,
+    /// `[batch, heads, seq, head_dim]`.
+    pub k: FloatTensor<B>,
+    /// `[batch, heads, seq, head_dim]`.
+    pub v: FloatTensor<B>,
+    /// The forward's output, `[batch, heads, seq, head_dim]`.
+    pub out: FloatTensor<B>,
+    /// The forward's log-sum-exp, `[batch, heads, seq]`, nats.
+    pub lse: FloatTensor<B>,
+    /// PoPE's phase bias `[heads · head_dim]`; `None` otherwise.
+    pub delta: Option<FloatTensor<B>>,
+    /// Encoding and layout.
+    pub spec: AttentionSpec,
 }
 
 /// Host `values` (row-major f32) of shape `shape` as a kernel tensor on a `wgpu` or `cuda`
@@ -3549,7 +3665,78 @@ impl CubePrimitives for CubeBackend {
 }
 
 #[cfg(feature = "fusion")]
-impl CubePrimitives for burn::backend::fusion::Fusion<CubeBackend> {
+type FusionCube = burn::backend::fusion::Fusion<CubeBackend>;
+
+/// Shape `[batch, heads, seq, head_dim]` of `q`, checked against `k` and `v` on the calling
+/// thread (a lazy operation's kernels run on burn-fusion's device thread, where a panic would
+/// not reach the caller).
+#[cfg(feature = "fusion")]
+fn lazy_dims(
+    q: &FloatTensor<FusionCube>,
+    k: &FloatTensor<FusionCube>,
+    v: &FloatTensor<FusionCube>,
+) -> [usize; 4] {
+    let dims: &[usize] = &q.shape;
+    let [b, h, l, d] = dims else {
+        panic!("attention needs q [batch, heads, seq, head_dim], got {dims:?}");
+    };
+    assert_eq!(k.shape, q.shape, "k must have q's shape");
+    assert_eq!(v.shape, q.shape, "v must have q's shape");
+    for t in [q, k, v] {
+        assert_eq!(
+            t.dtype,
+            DType::F32,
+            "attention kernels need f32, got {:?}",
+            t.dtype
+        );
+    }
+    [*b, *h, *l, *d]
+}
+
+/// Register `run` in burn's fusion stream as one custom operation `id` reading `inputs` and
+/// writing f32 tensors of `output_shapes` (in `run`'s order). Returns the lazy outputs; `run`
+/// gets the inputs as device tensors when the stream executes it (burn-fusion's device thread).
+#[cfg(feature = "fusion")]
+fn register_lazy(
+    id: &str,
+    inputs: Vec<FloatTensor<FusionCube>>,
+    output_shapes: Vec<Shape>,
+    run: impl Fn(Vec<CubeTensor>) -> Vec<CubeTensor> + Send + Sync + 'static,
+) -> Vec<FloatTensor<FusionCube>> {
+    use burn::backend::fusion::custom::{
+        CustomOpIr, HandleContainer, OperationFn, OperationIr, StreamId, TensorIr,
+    };
+    use burn::backend::fusion::{FusionBackend, FusionRuntime};
+    type Handles = HandleContainer<
+        <<CubeBackend as FusionBackend>::FusionRuntime as FusionRuntime>::FusionHandle,
+    >;
+    let client = inputs[0].client.clone();
+    let inputs: Vec<TensorIr> = inputs.into_iter().map(|t| t.into_ir()).collect();
+    let outputs: Vec<TensorIr> = output_shapes
+        .into_iter()
+        .map(|shape| TensorIr::uninit(client.create_empty_handle(), shape, DType::F32))
+        .collect();
+    let desc = CustomOpIr {
+        id: id.to_string(),
+        inputs: inputs.clone(),
+        outputs: outputs.clone(),
+        scalars: Vec::new(),
+    };
+    let op = OperationFn(move |handles: &mut Handles| {
+        let tensors = inputs
+            .iter()
+            .map(|ir| handles.get_float_tensor::<CubeBackend>(ir))
+            .collect();
+        for (ir, t) in outputs.iter().zip(run(tensors)) {
+            handles.register_float_tensor::<CubeBackend>(&ir.id, t);
+        }
+        Ok(())
+    });
+    client.register(StreamId::current(), OperationIr::Custom(desc), op)
+}
+
+#[cfg(feature = "fusion")]
+impl CubePrimitives for FusionCube {
     fn to_cube(t: FloatTensor<Self>) -> CubeTensor {
         let client = t.client.clone();
         client.resolve_tensor_float::<CubeBackend>(t)
@@ -3570,16 +3757,62 @@ impl CubePrimitives for burn::backend::fusion::Fusion<CubeBackend> {
             )
             .output()
     }
-}
 
-fn plain_attention<B: CubePrimitives>(
-    q: FloatTensor<B>,
-    k: FloatTensor<B>,
-    v: FloatTensor<B>,
-    params: &CubeAttentionParams,
-) -> FloatTensor<B> {
-    let (out, _) = forward(B::to_cube(q), B::to_cube(k), B::to_cube(v), params);
-    B::from_cube(out)
+    fn attention_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        delta: Option<FloatTensor<Self>>,
+        spec: &AttentionSpec,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        if super::fusion_config::attention_mode() == super::fusion_config::AttentionMode::Eager {
+            return eager_forward::<Self>(q, k, v, delta, spec);
+        }
+        let [b, h, l, _] = lazy_dims(&q, &k, &v);
+        let output_shapes = vec![q.shape.clone(), Shape::from(vec![b, h, l])];
+        let mut inputs = vec![q, k, v];
+        inputs.extend(delta);
+        let spec = spec.clone();
+        let mut outputs = register_lazy("lab_attention_forward", inputs, output_shapes, move |t| {
+            let params = spec.params(t.get(3).cloned());
+            let (out, lse) = forward(t[0].clone(), t[1].clone(), t[2].clone(), &params);
+            vec![out, lse]
+        })
+        .into_iter();
+        let out = outputs.next().expect("two outputs");
+        (out, outputs.next().expect("two outputs"))
+    }
+
+    fn attention_backward(
+        saved: AttentionSaved<Self>,
+        dout: FloatTensor<Self>,
+    ) -> Vec<FloatTensor<Self>> {
+        if super::fusion_config::attention_mode() == super::fusion_config::AttentionMode::Eager {
+            return eager_backward::<Self>(saved, dout);
+        }
+        lazy_dims(&saved.q, &saved.k, &saved.v);
+        assert_eq!(dout.shape, saved.q.shape, "dout must have q's shape");
+        let mut output_shapes = vec![saved.q.shape.clone(); 3];
+        output_shapes.extend(saved.delta.as_ref().map(|d| d.shape.clone()));
+        let mut inputs = vec![saved.q, saved.k, saved.v, saved.out, saved.lse, dout];
+        inputs.extend(saved.delta);
+        let spec = saved.spec;
+        register_lazy("lab_attention_backward", inputs, output_shapes, move |t| {
+            let params = spec.params(t.get(6).cloned());
+            let g = backward(
+                t[0].clone(),
+                t[1].clone(),
+                t[2].clone(),
+                t[3].clone(),
+                t[4].clone(),
+                t[5].clone(),
+                &params,
+            );
+            let mut grads = vec![g.dq, g.dk, g.dv];
+            grads.extend(g.ddelta);
+            grads
+        })
+    }
 }
 
 macro_rules! impl_plain_extension {
@@ -3591,8 +3824,8 @@ macro_rules! impl_plain_extension {
                 v: FloatTensor<Self>,
                 encoding: KernelEncoding,
             ) -> FloatTensor<Self> {
-                let params = CubeAttentionParams::from_kernel_encoding(encoding, None);
-                plain_attention::<Self>(q, k, v, &params)
+                let spec = AttentionSpec::new(encoding);
+                <Self as CubePrimitives>::attention_forward(q, k, v, None, &spec).0
             }
 
             fn fused_pope_attention(
@@ -3602,11 +3835,8 @@ macro_rules! impl_plain_extension {
                 delta: FloatTensor<Self>,
                 theta: Vec<f64>,
             ) -> FloatTensor<Self> {
-                let params = CubeAttentionParams::from_kernel_encoding(
-                    KernelEncoding::Pope { theta },
-                    Some(<Self as CubePrimitives>::to_cube(delta)),
-                );
-                plain_attention::<Self>(q, k, v, &params)
+                let spec = AttentionSpec::new(KernelEncoding::Pope { theta });
+                <Self as CubePrimitives>::attention_forward(q, k, v, Some(delta), &spec).0
             }
         }
     };
@@ -3614,18 +3844,7 @@ macro_rules! impl_plain_extension {
 
 impl_plain_extension!(CubeBackend);
 #[cfg(feature = "fusion")]
-impl_plain_extension!(burn::backend::fusion::Fusion<CubeBackend>);
-
-/// What the cube backward needs: inputs, output and log-sum-exp (device tensors, shared).
-#[derive(Clone, Debug)]
-struct CubeSaved {
-    q: CubeTensor,
-    k: CubeTensor,
-    v: CubeTensor,
-    out: CubeTensor,
-    lse: CubeTensor,
-    params: CubeAttentionParams,
-}
+impl_plain_extension!(FusionCube);
 
 /// The registered backward of the cube attention on backend `B` (`N` = 3 parents q, k, v, or 4
 /// with PoPE's δ).
@@ -3638,17 +3857,14 @@ impl<B> core::fmt::Debug for CubeAttentionBackward<B> {
 }
 
 impl<B: CubePrimitives, const N: usize> Backward<B, N> for CubeAttentionBackward<B> {
-    type State = CubeSaved;
+    type State = AttentionSaved<B>;
 
     fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let dout = B::to_cube(grads.consume::<B>(&ops.node));
-        let s = ops.state;
-        let g = backward(s.q, s.k, s.v, s.out, s.lse, dout, &s.params);
-        let mut values = vec![g.dq, g.dk, g.dv];
-        values.extend(g.ddelta);
+        let dout = grads.consume::<B>(&ops.node);
+        let values = B::attention_backward(ops.state, dout);
         for (node, grad) in ops.parents.into_iter().zip(values) {
             if let Some(node) = node {
-                grads.register::<B>(node.id, B::from_cube(grad));
+                grads.register::<B>(node.id, grad);
             }
         }
     }
@@ -3656,30 +3872,33 @@ impl<B: CubePrimitives, const N: usize> Backward<B, N> for CubeAttentionBackward
 
 fn autodiff_attention<B: CubePrimitives, C: CheckpointStrategy, const N: usize>(
     inputs: [FloatTensor<Autodiff<B, C>>; N],
-    params: CubeAttentionParams,
+    spec: AttentionSpec,
 ) -> FloatTensor<Autodiff<B, C>> {
     let nodes = inputs.each_ref().map(|t| t.node());
-    let [q, k, v] = [0, 1, 2].map(|i| B::to_cube(inputs[i].primitive().clone()));
+    let [q, k, v] = [0, 1, 2].map(|i| inputs[i].primitive().clone());
+    let delta = inputs.get(3).map(|t| t.primitive().clone());
     match CubeAttentionBackward::<B>(core::marker::PhantomData)
         .prepare::<C>(nodes)
         .compute_bound()
         .stateful()
     {
         OpsKind::Tracked(prep) => {
-            let (out, lse) = forward(q.clone(), k.clone(), v.clone(), &params);
-            let saved = CubeSaved {
+            let (out, lse) =
+                B::attention_forward(q.clone(), k.clone(), v.clone(), delta.clone(), &spec);
+            let saved = AttentionSaved {
                 q,
                 k,
                 v,
                 out: out.clone(),
                 lse,
-                params,
+                delta,
+                spec,
             };
-            prep.finish(saved, B::from_cube(out))
+            prep.finish(saved, out)
         }
         OpsKind::UnTracked(prep) => {
-            let (out, _) = forward(q, k, v, &params);
-            prep.finish(B::from_cube(out))
+            let (out, _) = B::attention_forward(q, k, v, delta, &spec);
+            prep.finish(out)
         }
     }
 }
@@ -3693,8 +3912,7 @@ macro_rules! impl_autodiff_extension {
                 v: FloatTensor<Self>,
                 encoding: KernelEncoding,
             ) -> FloatTensor<Self> {
-                let params = CubeAttentionParams::from_kernel_encoding(encoding, None);
-                autodiff_attention::<$backend, C, 3>([q, k, v], params)
+                autodiff_attention::<$backend, C, 3>([q, k, v], AttentionSpec::new(encoding))
             }
 
             fn fused_pope_attention(
@@ -3704,13 +3922,10 @@ macro_rules! impl_autodiff_extension {
                 delta: FloatTensor<Self>,
                 theta: Vec<f64>,
             ) -> FloatTensor<Self> {
-                let params = CubeAttentionParams::from_kernel_encoding(
-                    KernelEncoding::Pope { theta },
-                    Some(<$backend as CubePrimitives>::to_cube(
-                        delta.primitive().clone(),
-                    )),
-                );
-                autodiff_attention::<$backend, C, 4>([q, k, v, delta], params)
+                autodiff_attention::<$backend, C, 4>(
+                    [q, k, v, delta],
+                    AttentionSpec::new(KernelEncoding::Pope { theta }),
+                )
             }
         }
     };
@@ -3718,4 +3933,4 @@ macro_rules! impl_autodiff_extension {
 
 impl_autodiff_extension!(CubeBackend);
 #[cfg(feature = "fusion")]
-impl_autodiff_extension!(burn::backend::fusion::Fusion<CubeBackend>);
+impl_autodiff_extension!(FusionCube);

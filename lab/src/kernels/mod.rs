@@ -15,6 +15,7 @@
 //!   (`lab bench train-step --profile-steps`).
 //! - [`kernel_cache`]: CubeCL's on-disk cache of compiled kernels and autotune decisions
 //!   (`LAB_KERNEL_CACHE`), so the runs of a GPU sweep do not each compile everything again.
+//! - [`fusion_config`]: burn's operation fusion as the lab sets it (`LAB_FUSION_MAX_BLOCKS`).
 
 /// Runs `$impl(args)` compiled for AVX-512, AVX2+FMA or the baseline, whichever the CPU has, so
 /// that the loops `$impl` inlines vectorise at the machine's width (the crate itself is compiled
@@ -67,6 +68,7 @@ pub mod cuda_host;
 #[cfg(feature = "cuda-source")]
 pub mod cuda_source;
 pub mod fused;
+pub mod fusion_config;
 pub mod gemm;
 pub mod kernel_cache;
 pub mod launches;

@@ -62,14 +62,17 @@ impl Backend {
     /// [`SweepError::Backend`] when the backend's cargo feature was not compiled in, (`cuda`)
     /// when the machine has no CUDA driver library to load, or (`wgpu`, `cuda`) when
     /// `LAB_KERNEL_CACHE` holds a value [`crate::kernels::kernel_cache::CacheSetting::parse`]
+    /// refuses, or `LAB_FUSION_MAX_BLOCKS` one [`crate::kernels::fusion_config::parse_max_blocks`]
     /// refuses. On `wgpu` and `cuda` it first installs CubeCL's configuration with the kernel
-    /// cache ([`crate::kernels::kernel_cache::configure`]).
+    /// cache ([`crate::kernels::kernel_cache::configure`]) and burn's with the fusion search's
+    /// `max_blocks` ([`crate::kernels::fusion_config::configure`]).
     pub fn device(self) -> Result<burn::tensor::Device, SweepError> {
         match self {
             Backend::Cpu => Ok(burn::tensor::Device::flex()),
             #[cfg(feature = "wgpu")]
             Backend::Wgpu => {
                 crate::kernels::kernel_cache::configure().map_err(SweepError::Backend)?;
+                crate::kernels::fusion_config::configure().map_err(SweepError::Backend)?;
                 Ok(burn::tensor::Device::wgpu(
                     burn::tensor::DeviceKind::DefaultDevice,
                 ))
@@ -78,6 +81,7 @@ impl Backend {
             Backend::Cuda => {
                 cuda_driver_loadable()?;
                 crate::kernels::kernel_cache::configure().map_err(SweepError::Backend)?;
+                crate::kernels::fusion_config::configure().map_err(SweepError::Backend)?;
                 Ok(burn::tensor::Device::cuda(0))
             }
             #[allow(unreachable_patterns)]
