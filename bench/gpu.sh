@@ -40,7 +40,7 @@
 # autotune decisions into $OUT/cubecl-*.log.
 #
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
-# TRAIN_S, TRAIN_STEPS (10), TRAIN_WARM_S (60: the step again with the kernel cache warm), PROFILE_STEPS (3: steps
+# TRAIN_S, TRAIN_STEPS (10), TRAIN_WARM_S (60: the step again with the kernel cache warm), PROFILE_STEPS (10: steps
 # after the warm run's and PyTorch's timed ones with every kernel launch counted and timed), FUSION_AB_S (30: the
 # warm step with LAB_FUSION_ATTENTION=eager, then with LAB_FUSION_MAX_BLOCKS=5; 0 skips both), LAB_KERNEL_CACHE and
 # KEEP_KERNEL_CACHE (the cache's folder, emptied at the start unless KEEP_KERNEL_CACHE=1), FLEX_SEQS, FLEX_DTYPES, FLEX_S, SELFCHECK (1), SDPA_S (60), ATTN_S (90),
@@ -92,7 +92,7 @@ SELFCHECK_S=${SELFCHECK_S:-150}
 NEW_CHECK_S=${NEW_CHECK_S:-150}
 NEW_LAYOUTS=${NEW_LAYOUTS:-cmma,cmma-wide,tiled-staged,tiled-split}
 TORCH_STEP_S=${TORCH_STEP_S:-60}
-PROFILE_STEPS=${PROFILE_STEPS:-3}
+PROFILE_STEPS=${PROFILE_STEPS:-10}
 PART=${PART:-all}
 case $PART in all|1|2) ;; *) echo "error: PART=$PART: allowed values are 1, 2 or all" >&2; exit 2 ;; esac
 part() { [[ $PART == all || $PART == "$1" ]]; }
