@@ -3480,9 +3480,8 @@ pub trait CubePrimitives: burn::backend::Backend {
     /// A float primitive of this backend holding `t`.
     fn from_cube(t: CubeTensor) -> FloatTensor<Self>;
 
-    /// [`forward`] on this backend's tensors: `(out [batch, heads, seq, head_dim], lse [batch,
-    /// heads, seq])` from `q`, `k`, `v` `[batch, heads, seq, head_dim]` f32 and, for PoPE, `delta`
-    /// `[heads · head_dim]`.
+    /// [`forward`] on this backend's tensors, from `q`, `k`, `v` `[batch, heads, seq, head_dim]`
+    /// f32 and, for PoPE, `delta` `[heads · head_dim]`.
     ///
     /// # Panics
     /// As [`forward`]: mismatched shapes, a non-f32 dtype, PoPE without `delta`.
@@ -3492,7 +3491,7 @@ pub trait CubePrimitives: burn::backend::Backend {
         v: FloatTensor<Self>,
         delta: Option<FloatTensor<Self>>,
         spec: &AttentionSpec,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+    ) -> AttentionOutput<Self> {
         eager_forward::<Self>(q, k, v, delta, spec)
     }
 
@@ -3506,6 +3505,19 @@ pub trait CubePrimitives: burn::backend::Backend {
     }
 }
 
+/// What [`CubePrimitives::attention_forward`] returns.
+#[derive(Clone, Debug)]
+pub struct AttentionOutput<B: burn::backend::Backend> {
+    /// `[batch, heads, seq, head_dim]`.
+    pub out: FloatTensor<B>,
+    /// Log-sum-exp of each query row, `[batch, heads, seq]`, nats.
+    pub lse: FloatTensor<B>,
+    /// `q`, `k`, `v` as the kernels read them (contiguous copies of strided inputs, such as the
+    /// model's heads split by `swap_dims`; the inputs themselves otherwise): what the backward
+    /// should be given, so that it does not copy them again.
+    pub qkv: [FloatTensor<B>; 3],
+}
+
 /// [`CubePrimitives::attention_forward`] run now, on the inputs resolved to device tensors.
 fn eager_forward<B: CubePrimitives>(
     q: FloatTensor<B>,
@@ -3513,10 +3525,15 @@ fn eager_forward<B: CubePrimitives>(
     v: FloatTensor<B>,
     delta: Option<FloatTensor<B>>,
     spec: &AttentionSpec,
-) -> (FloatTensor<B>, FloatTensor<B>) {
+) -> AttentionOutput<B> {
     let params = spec.params(delta.map(B::to_cube));
-    let (out, lse) = forward(B::to_cube(q), B::to_cube(k), B::to_cube(v), &params);
-    (B::from_cube(out), B::from_cube(lse))
+    let [q, k, v] = [(q, "q"), (k, "k"), (v, "v")].map(|(t, what)| prepare(B::to_cube(t), what));
+    let (out, lse) = forward(q.clone(), k.clone(), v.clone(), &params);
+    AttentionOutput {
+        out: B::from_cube(out),
+        lse: B::from_cube(lse),
+        qkv: [q, k, v].map(B::from_cube),
+    }
 }
 
 /// [`CubePrimitives::attention_backward`] run now, on the inputs resolved to device tensors.
@@ -3764,23 +3781,36 @@ impl CubePrimitives for FusionCube {
         v: FloatTensor<Self>,
         delta: Option<FloatTensor<Self>>,
         spec: &AttentionSpec,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+    ) -> AttentionOutput<Self> {
         if super::fusion_config::attention_mode() == super::fusion_config::AttentionMode::Eager {
             return eager_forward::<Self>(q, k, v, delta, spec);
         }
         let [b, h, l, _] = lazy_dims(&q, &k, &v);
-        let output_shapes = vec![q.shape.clone(), Shape::from(vec![b, h, l])];
+        let shape = q.shape.clone();
+        let output_shapes = vec![
+            shape.clone(),
+            Shape::from(vec![b, h, l]),
+            shape.clone(),
+            shape.clone(),
+            shape,
+        ];
         let mut inputs = vec![q, k, v];
         inputs.extend(delta);
         let spec = spec.clone();
         let mut outputs = register_lazy("lab_attention_forward", inputs, output_shapes, move |t| {
             let params = spec.params(t.get(3).cloned());
-            let (out, lse) = forward(t[0].clone(), t[1].clone(), t[2].clone(), &params);
-            vec![out, lse]
+            let [q, k, v] =
+                [(0, "q"), (1, "k"), (2, "v")].map(|(i, what)| prepare(t[i].clone(), what));
+            let (out, lse) = forward(q.clone(), k.clone(), v.clone(), &params);
+            vec![out, lse, q, k, v]
         })
         .into_iter();
-        let out = outputs.next().expect("two outputs");
-        (out, outputs.next().expect("two outputs"))
+        let mut next = || outputs.next().expect("five outputs");
+        AttentionOutput {
+            out: next(),
+            lse: next(),
+            qkv: [next(), next(), next()],
+        }
     }
 
     fn attention_backward(
@@ -3825,7 +3855,7 @@ macro_rules! impl_plain_extension {
                 encoding: KernelEncoding,
             ) -> FloatTensor<Self> {
                 let spec = AttentionSpec::new(encoding);
-                <Self as CubePrimitives>::attention_forward(q, k, v, None, &spec).0
+                <Self as CubePrimitives>::attention_forward(q, k, v, None, &spec).out
             }
 
             fn fused_pope_attention(
@@ -3836,7 +3866,7 @@ macro_rules! impl_plain_extension {
                 theta: Vec<f64>,
             ) -> FloatTensor<Self> {
                 let spec = AttentionSpec::new(KernelEncoding::Pope { theta });
-                <Self as CubePrimitives>::attention_forward(q, k, v, Some(delta), &spec).0
+                <Self as CubePrimitives>::attention_forward(q, k, v, Some(delta), &spec).out
             }
         }
     };
@@ -3883,22 +3913,22 @@ fn autodiff_attention<B: CubePrimitives, C: CheckpointStrategy, const N: usize>(
         .stateful()
     {
         OpsKind::Tracked(prep) => {
-            let (out, lse) =
-                B::attention_forward(q.clone(), k.clone(), v.clone(), delta.clone(), &spec);
+            let fwd = B::attention_forward(q, k, v, delta.clone(), &spec);
+            let [q, k, v] = fwd.qkv;
             let saved = AttentionSaved {
                 q,
                 k,
                 v,
-                out: out.clone(),
-                lse,
+                out: fwd.out.clone(),
+                lse: fwd.lse,
                 delta,
                 spec,
             };
-            prep.finish(saved, out)
+            prep.finish(saved, fwd.out)
         }
         OpsKind::UnTracked(prep) => {
-            let (out, _) = B::attention_forward(q, k, v, delta, &spec);
-            prep.finish(out)
+            let fwd = B::attention_forward(q, k, v, delta, &spec);
+            prep.finish(fwd.out)
         }
     }
 }
