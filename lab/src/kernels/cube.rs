@@ -811,19 +811,34 @@ mod kernels {
         delta[r] = acc;
     }
 
-    /// Partial sums of squares for a gradient norm: unit `u < units` adds `x[i]²` over
-    /// `i = u, u + units, u + 2·units, … < n` in that order into `partials[offset + u]`.
+    /// Partial sums of squares of several tensors for a gradient norm: unit `u < units` adds,
+    /// tensor after tensor in the sequence's order, `x[i]²` over `i = u, u + units, u + 2·units,
+    /// … < len(x)` into `partials[offset + u]` (one launch for all the tensors; the sequence is
+    /// unrolled at compile time, so a kernel is compiled per number of tensors).
     #[cube(launch, create_dummy_kernel)]
-    pub fn sq_sum_partials(x: &[f32], partials: &mut [f32], n: u32, units: u32, offset: u32) {
+    pub fn sq_sum_partials(
+        xs: &Sequence<Box<[f32]>>,
+        partials: &mut [f32],
+        units: u32,
+        offset: u32,
+    ) {
         let u = ABSOLUTE_POS as u32;
         if u >= units {
             terminate!();
         }
-        let iters = (n - u).div_ceil(units);
+        let count = xs.len().comptime();
         let mut acc = 0.0f32;
-        for k in 0..iters {
-            let v = x[(u + k * units) as usize];
-            acc += v * v;
+        #[unroll]
+        for t in 0..count {
+            let x = &xs[t];
+            let n = x.len() as u32;
+            if u < n {
+                let iters = (n - u).div_ceil(units);
+                for k in 0..iters {
+                    let v = x[(u + k * units) as usize];
+                    acc += v * v;
+                }
+            }
         }
         partials[(offset + u) as usize] = acc;
     }
@@ -2527,48 +2542,73 @@ fn launch_dims(like: &CubeTensor, units: usize) -> (CubeCount, CubeDim) {
     (count, dim)
 }
 
-/// Elements each unit of [`sum_of_squares`] adds (before the last, partial stride).
+/// Elements of the gradients per unit of [`sum_of_squares`], on average.
 const SQ_SUM_PER_UNIT: usize = 256;
 
-/// `Σ_t Σ_i t[i]²` over the tensors `ts` (any shapes, f32), in f64 on the host from per-unit
-/// partial sums: one launch of `sq_sum_partials` per tensor, each unit of a tensor adding every
-/// `units`-th element (coalesced reads; `units = ⌈n/256⌉`), then one read of all the partials,
-/// summed in a fixed order. The lab's global gradient norm on CubeCL devices
-/// ([`crate::train::global_grad_norm`]): one launch per parameter where burn's `square().sum()`
-/// takes three (a fused square, a zero fill and an atomic shared-memory sum) and the scalars are
-/// then added on the device; with a fixed order, the same bits run after run. Empty input: 0.
+/// Tensors per launch of [`sum_of_squares`]: each is one storage binding, and lavapipe allows 31
+/// per kernel.
+const SQ_SUM_TENSORS_PER_LAUNCH: usize = 24;
+
+/// `Σ x²` over every element of `ts` (f32 tensors of any shapes on one CubeCL device) as f64:
+/// one launch of `sq_sum_partials` per 24 tensors, its `⌈N/256⌉` units (`N` the launch's
+/// elements) each adding, tensor after tensor, every `units`-th element from its own index
+/// (coalesced reads), then one read of all the partials, summed on the host in a fixed order. The
+/// lab's global gradient norm on CubeCL devices ([`crate::train::global_grad_norm`]): one launch
+/// for the quick model's 19 gradients, where burn's `square().sum()` takes three per gradient (a
+/// fused square, a zero fill and an atomic shared-memory sum) and the scalars are then added on
+/// the device; with a fixed order, the same bits run after run. Empty input: 0.
 ///
 /// # Panics
 /// If the device read fails.
 pub fn sum_of_squares(ts: Vec<CubeTensor>) -> f64 {
-    let ts: Vec<CubeTensor> = ts.into_iter().map(|t| prepare(t, "gradient")).collect();
+    let ts: Vec<CubeTensor> = ts
+        .into_iter()
+        .map(|t| prepare(t, "gradient"))
+        .filter(|t| t.shape().num_elements() > 0)
+        .collect();
     let Some(first) = ts.first() else {
         return 0.0;
     };
-    let units: Vec<usize> = ts
+    let groups: Vec<&[CubeTensor]> = ts.chunks(SQ_SUM_TENSORS_PER_LAUNCH).collect();
+    let units: Vec<usize> = groups
         .iter()
-        .map(|t| t.shape().num_elements().div_ceil(SQ_SUM_PER_UNIT))
+        .map(|g| {
+            let n: usize = g.iter().map(|t| t.shape().num_elements()).sum();
+            n.div_ceil(SQ_SUM_PER_UNIT)
+        })
         .collect();
-    let total: usize = units.iter().sum();
-    if total == 0 {
-        return 0.0;
-    }
-    let partials = empty_like(first, vec![total]);
+    let partials = empty_like(first, vec![units.iter().sum()]);
     let client = first.client.clone();
     let mut offset = 0usize;
-    for (t, &u) in ts.iter().zip(&units) {
-        if u == 0 {
+    for (group, &u) in groups.iter().zip(&units) {
+        let (count, dim) = launch_dims(first, u);
+        let seq = || group.iter().map(arg).collect::<SequenceArg<Box<[f32]>>>();
+        // Not `launch!`: its CPU run of the CUDA C++ (`cuda_host`) takes buffers and scalars only.
+        #[cfg(feature = "cuda-source")]
+        if let Some((props, target)) = super::cuda_source::capturing() {
+            super::cuda_source::record(
+                "sq_sum_partials",
+                super::cuda_source::count_of(&count),
+                Box::new(kernels::sq_sum_partials::create_dummy_kernel(
+                    props,
+                    target,
+                    count,
+                    dim,
+                    seq(),
+                    arg(&partials),
+                    u as u32,
+                    offset as u32,
+                )),
+            );
+            offset += u;
             continue;
         }
-        let (count, dim) = launch_dims(t, u);
-        launch!(
-            sq_sum_partials,
+        kernels::sq_sum_partials::launch(
             &client,
             count,
             dim,
-            arg(t),
+            seq(),
             arg(&partials),
-            t.shape().num_elements() as u32,
             u as u32,
             offset as u32,
         );
