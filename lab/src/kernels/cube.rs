@@ -2314,14 +2314,18 @@ mod kernels {
         }
     }
 
-    /// RoPE on one row per unit: `out = a · R(±pos·θ) x` on the first `rot` dims (`inverse`
-    /// rotates by −pos·θ, the transpose, for the backward); dims `rot..d` are copied unchanged
-    /// (partial rotary). `inv_freq`: `[rot/2]`.
+    /// RoPE on one row per unit, queries and keys in one launch: units `r < rows` rotate row `r`
+    /// of `xq` into `out_q`, units `rows ≤ r < 2·rows` row `r − rows` of `xk` into `out_k`;
+    /// `out = a · R(±pos·θ) x` on the first `rot` dims (`inverse` rotates by −pos·θ, the
+    /// transpose, for the backward); dims `rot..d` are copied unchanged (partial rotary).
+    /// `inv_freq`: `[rot/2]`.
     #[cube(launch, create_dummy_kernel)]
     pub fn rope_rotate(
-        x: &[f32],
+        xq: &[f32],
+        xk: &[f32],
         inv_freq: &[f32],
-        out: &mut [f32],
+        out_q: &mut [f32],
+        out_k: &mut [f32],
         rows: u32,
         seq: u32,
         factor: f32,
@@ -2331,9 +2335,45 @@ mod kernels {
         #[comptime] inverse: bool,
     ) {
         let r = ABSOLUTE_POS;
-        if r >= rows as usize {
+        let rows = rows as usize;
+        if r >= 2 * rows {
             terminate!();
         }
+        if r < rows {
+            rope_row(
+                xq, inv_freq, out_q, r, seq, factor, d, rot, adjacent, inverse,
+            );
+        } else {
+            rope_row(
+                xk,
+                inv_freq,
+                out_k,
+                r - rows,
+                seq,
+                factor,
+                d,
+                rot,
+                adjacent,
+                inverse,
+            );
+        }
+    }
+
+    /// Row `r` of [`rope_rotate`].
+    #[cube]
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_row(
+        x: &[f32],
+        inv_freq: &[f32],
+        out: &mut [f32],
+        r: usize,
+        seq: u32,
+        factor: f32,
+        #[comptime] d: usize,
+        #[comptime] rot: usize,
+        #[comptime] adjacent: bool,
+        #[comptime] inverse: bool,
+    ) {
         let pos = f32::cast_from((r % seq as usize) as u32);
         let half = rot / 2;
         let row = r * d;
@@ -2404,24 +2444,48 @@ mod kernels {
         1.0f32 / (1.0f32 + f32::exp(-x))
     }
 
-    /// PoPE q̃ (`is_key = false`) or k̃ (`true`), one row per unit: `x`: `[rows, d]` →
-    /// `out`: `[rows, 2d]`. `theta`: `[d]`; `delta`: `[heads · d]` (keys only).
+    /// PoPE q̃ and k̃ in one launch, one row per unit: units `r < rows` map row `r` of `xq`
+    /// into `out_q`, units `rows ≤ r < 2·rows` row `r − rows` of `xk` (with δ) into `out_k`:
+    /// `[rows, d]` → `[rows, 2d]`. `theta`: `[d]`; `delta`: `[heads · d]`.
     #[cube(launch, create_dummy_kernel)]
     pub fn pope_prep(
+        xq: &[f32],
+        xk: &[f32],
+        theta: &[f32],
+        delta: &[f32],
+        out_q: &mut [f32],
+        out_k: &mut [f32],
+        rows: u32,
+        seq: u32,
+        heads: u32,
+        #[comptime] d: usize,
+    ) {
+        let r = ABSOLUTE_POS;
+        let rows = rows as usize;
+        if r >= 2 * rows {
+            terminate!();
+        }
+        if r < rows {
+            pope_row(xq, theta, delta, out_q, r, seq, heads, d, false);
+        } else {
+            pope_row(xk, theta, delta, out_k, r - rows, seq, heads, d, true);
+        }
+    }
+
+    /// Row `r` of [`pope_prep`]: q̃ (`is_key = false`) or k̃ (`true`).
+    #[cube]
+    #[allow(clippy::too_many_arguments)]
+    pub fn pope_row(
         x: &[f32],
         theta: &[f32],
         delta: &[f32],
         out: &mut [f32],
-        rows: u32,
+        r: usize,
         seq: u32,
         heads: u32,
         #[comptime] d: usize,
         #[comptime] is_key: bool,
     ) {
-        let r = ABSOLUTE_POS;
-        if r >= rows as usize {
-            terminate!();
-        }
         let l = seq as usize;
         let pos = f32::cast_from((r % l) as u32);
         let h = (r / l) % heads as usize;
@@ -2437,26 +2501,65 @@ mod kernels {
         }
     }
 
-    /// PoPE backward of [`pope_prep`]: `g`: `[rows, 2d]` (`dq̃` or `dk̃`) → `dx`: `[rows, d]`
-    /// and, for keys, `dphase[r, c] = ∂L/∂(angle)` (summed into `dδ` by the host).
+    /// PoPE backward of [`pope_prep`], queries and keys in one launch as there: `gq`, `gk`:
+    /// `[rows, 2d]` (`dq̃`, `dk̃`) → `dq`, `dk`: `[rows, d]` and, for keys, `dphase[r, c] =
+    /// ∂L/∂(angle)` (summed into `dδ` by the host).
     #[cube(launch, create_dummy_kernel)]
     pub fn pope_prep_bwd(
+        q: &[f32],
+        k: &[f32],
+        theta: &[f32],
+        delta: &[f32],
+        gq: &[f32],
+        gk: &[f32],
+        dq: &mut [f32],
+        dk: &mut [f32],
+        dphase: &mut [f32],
+        rows: u32,
+        seq: u32,
+        heads: u32,
+        #[comptime] d: usize,
+    ) {
+        let r = ABSOLUTE_POS;
+        let rows = rows as usize;
+        if r >= 2 * rows {
+            terminate!();
+        }
+        if r < rows {
+            pope_row_bwd(q, theta, delta, gq, dq, dphase, r, seq, heads, d, false);
+        } else {
+            pope_row_bwd(
+                k,
+                theta,
+                delta,
+                gk,
+                dk,
+                dphase,
+                r - rows,
+                seq,
+                heads,
+                d,
+                true,
+            );
+        }
+    }
+
+    /// Row `r` of [`pope_prep_bwd`].
+    #[cube]
+    #[allow(clippy::too_many_arguments)]
+    pub fn pope_row_bwd(
         x: &[f32],
         theta: &[f32],
         delta: &[f32],
         g: &[f32],
         dx: &mut [f32],
         dphase: &mut [f32],
-        rows: u32,
+        r: usize,
         seq: u32,
         heads: u32,
         #[comptime] d: usize,
         #[comptime] is_key: bool,
     ) {
-        let r = ABSOLUTE_POS;
-        if r >= rows as usize {
-            terminate!();
-        }
         let l = seq as usize;
         let pos = f32::cast_from((r % l) as u32);
         let h = (r / l) % heads as usize;
@@ -2707,7 +2810,8 @@ fn transform(
     enc: &CubeEncoding,
     plan: &Plan,
 ) -> (CubeTensor, CubeTensor) {
-    let (count, dim) = launch_dims(q, plan.rows);
+    // q's rows, then k's: one unit each.
+    let (count, dim) = launch_dims(q, 2 * plan.rows);
     let (rows, seq, d) = (plan.rows as u32, plan.seq as u32, plan.head_dim);
     match enc {
         CubeEncoding::Nope | CubeEncoding::Tapa { .. } => (q.clone(), k.clone()),
@@ -2717,51 +2821,54 @@ fn transform(
             attention_factor,
         } => {
             let freqs = upload(q, inv_freq);
-            let rotate = |x: &CubeTensor| {
-                let out = empty_like(x, vec![plan.rows, d]);
-                launch!(
-                    rope_rotate,
-                    &x.client,
-                    count.clone(),
-                    dim,
-                    arg(x),
-                    arg(&freqs),
-                    arg(&out),
-                    rows,
-                    seq,
-                    *attention_factor as f32,
-                    d,
-                    2 * inv_freq.len(),
-                    *layout == PairLayout::Adjacent,
-                    false,
-                );
-                out
-            };
-            (rotate(q), rotate(k))
+            let (out_q, out_k) = (
+                empty_like(q, vec![plan.rows, d]),
+                empty_like(k, vec![plan.rows, d]),
+            );
+            launch!(
+                rope_rotate,
+                &q.client,
+                count,
+                dim,
+                arg(q),
+                arg(k),
+                arg(&freqs),
+                arg(&out_q),
+                arg(&out_k),
+                rows,
+                seq,
+                *attention_factor as f32,
+                d,
+                2 * inv_freq.len(),
+                *layout == PairLayout::Adjacent,
+                false,
+            );
+            (out_q, out_k)
         }
         CubeEncoding::Pope { theta, delta } => {
             let theta = upload(q, theta);
             let heads = (delta.shape().num_elements() / d) as u32;
-            let prep = |x: &CubeTensor, is_key: bool| {
-                let out = empty_like(x, vec![plan.rows, 2 * d]);
-                launch!(
-                    pope_prep,
-                    &x.client,
-                    count.clone(),
-                    dim,
-                    arg(x),
-                    arg(&theta),
-                    arg(delta),
-                    arg(&out),
-                    rows,
-                    seq,
-                    heads,
-                    d,
-                    is_key,
-                );
-                out
-            };
-            (prep(q, false), prep(k, true))
+            let (out_q, out_k) = (
+                empty_like(q, vec![plan.rows, 2 * d]),
+                empty_like(k, vec![plan.rows, 2 * d]),
+            );
+            launch!(
+                pope_prep,
+                &q.client,
+                count,
+                dim,
+                arg(q),
+                arg(k),
+                arg(&theta),
+                arg(delta),
+                arg(&out_q),
+                arg(&out_k),
+                rows,
+                seq,
+                heads,
+                d,
+            );
+            (out_q, out_k)
         }
     }
 }
@@ -3384,29 +3491,31 @@ pub fn backward(
             attention_factor,
         } => {
             let freqs = upload(&q, inv_freq);
-            let unrotate = |g: &CubeTensor| {
-                let out = empty_like(g, vec![b, h, l, d]);
-                launch!(
-                    rope_rotate,
-                    &client,
-                    count.clone(),
-                    dim,
-                    arg(g),
-                    arg(&freqs),
-                    arg(&out),
-                    rows,
-                    seq,
-                    *attention_factor as f32,
-                    d,
-                    2 * inv_freq.len(),
-                    *layout == PairLayout::Adjacent,
-                    true,
-                );
-                out
-            };
+            let (dq, dk) = (
+                empty_like(&dqt, vec![b, h, l, d]),
+                empty_like(&dkt, vec![b, h, l, d]),
+            );
+            launch!(
+                rope_rotate,
+                &client,
+                launch_dims(&q, 2 * plan.rows).0,
+                dim,
+                arg(&dqt),
+                arg(&dkt),
+                arg(&freqs),
+                arg(&dq),
+                arg(&dk),
+                rows,
+                seq,
+                *attention_factor as f32,
+                d,
+                2 * inv_freq.len(),
+                *layout == PairLayout::Adjacent,
+                true,
+            );
             CubeGrads {
-                dq: unrotate(&dqt),
-                dk: unrotate(&dkt),
+                dq,
+                dk,
                 dv,
                 ddelta: None,
             }
@@ -3415,29 +3524,29 @@ pub fn backward(
             let theta = upload(&q, theta);
             let heads = (delta.shape().num_elements() / d) as u32;
             let dphase = empty_like(&q, vec![b, h, l, d]);
-            let back = |x: &CubeTensor, g: &CubeTensor, is_key: bool| {
-                let dx = empty_like(x, vec![b, h, l, d]);
-                launch!(
-                    pope_prep_bwd,
-                    &client,
-                    count.clone(),
-                    dim,
-                    arg(x),
-                    arg(&theta),
-                    arg(delta),
-                    arg(g),
-                    arg(&dx),
-                    arg(&dphase),
-                    rows,
-                    seq,
-                    heads,
-                    d,
-                    is_key,
-                );
-                dx
-            };
-            let dq = back(&q, &dqt, false);
-            let dk = back(&k, &dkt, true);
+            let (dq, dk) = (
+                empty_like(&q, vec![b, h, l, d]),
+                empty_like(&k, vec![b, h, l, d]),
+            );
+            launch!(
+                pope_prep_bwd,
+                &client,
+                launch_dims(&q, 2 * plan.rows).0,
+                dim,
+                arg(&q),
+                arg(&k),
+                arg(&theta),
+                arg(delta),
+                arg(&dqt),
+                arg(&dkt),
+                arg(&dq),
+                arg(&dk),
+                arg(&dphase),
+                rows,
+                seq,
+                heads,
+                d,
+            );
             // dδ[h, c] = Σ_{b, j} dphase[b, h, j, c].
             let s = CubeBackend::float_sum_dim(dphase, 2);
             let s = CubeBackend::float_sum_dim(s, 0);
