@@ -671,7 +671,8 @@ fn fusion_settings_fuse_more_of_the_step() {
 
 /// The gradient norm's sum of squares on the device (`cube::sum_of_squares`) against a direct
 /// f64 sum: tensors shorter than, equal to and longer than a unit's 256 elements, a partial last
-/// stride, a matrix; and the same bits twice; no tensors give 0; 30 tensors (two launches).
+/// stride, a matrix; and the same bits twice; no tensors give 0; 30 tensors (two launches); a view
+/// into a larger buffer.
 #[test]
 fn sum_of_squares_matches_a_direct_sum() {
     let d = wgpu();
@@ -724,6 +725,16 @@ fn sum_of_squares_matches_a_direct_sum() {
             .map(|v| host_to_cube(v, [v.len()], &d))
             .collect(),
     );
+    assert!((got - want).abs() <= 1e-6 * want, "{got} vs {want}");
+    // A view into a larger buffer (rows 1..3 of 4, burn-cubecl's slice: the same buffer at an
+    // offset): only its own elements count.
+    let big: Vec<f32> = (0..512).map(|i| (i % 7) as f32 - 3.0).collect();
+    let view = burn_cubecl::kernel::slice(host_to_cube(&big, [4, 128], &d), &[1..3, 0..128]);
+    let want: f64 = big[128..384]
+        .iter()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum();
+    let got = cube::sum_of_squares(vec![view]);
     assert!((got - want).abs() <= 1e-6 * want, "{got} vs {want}");
 }
 

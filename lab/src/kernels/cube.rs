@@ -2659,7 +2659,9 @@ const SQ_SUM_TENSORS_PER_LAUNCH: usize = 24;
 /// lab's global gradient norm on CubeCL devices ([`crate::train::global_grad_norm`]): one launch
 /// for the quick model's 19 gradients, where burn's `square().sum()` takes three per gradient (a
 /// fused square, a zero fill and an atomic shared-memory sum) and the scalars are then added on
-/// the device; with a fixed order, the same bits run after run. Empty input: 0.
+/// the device; with a fixed order, the same bits run after run. Empty input: 0. The kernel takes
+/// each tensor's length from its buffer binding, which for a view (burn-cubecl's slice: the same
+/// buffer at an offset) is the view's own range (`sum_of_squares_matches_a_direct_sum`).
 ///
 /// # Panics
 /// If the device read fails.
