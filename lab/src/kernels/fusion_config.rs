@@ -8,10 +8,10 @@
 //! between the blocks and then runs every operation of the stretch as its own kernel): with 5
 //! blocks the quick model's step launched 261–266 kernels on lavapipe, 35 of them single
 //! multiplies; with one block (operations fused in stream order, as far as each fused kernel
-//! reaches) 204, 7 of them single multiplies, and the host's share of a negligible-size step
-//! (dry run) fell from 32–35 ms to 16–20 ms (docs/performance.md, "One fusion block per
-//! stretch"). Other values stay available for measurement; the rest of burn's configuration
-//! (`burn.toml`, `BURN_FUSION_LOG`) is kept.
+//! reaches) 204, 7 of them single multiplies. The lazy attention, not the block count, is what
+//! cut the host's share of a small step (dry run: 33 → 19 ms with both, 31 with one block alone;
+//! docs/performance.md, "One fusion block per stretch"). Other values stay available for
+//! measurement; the rest of burn's configuration (`burn.toml`, `BURN_FUSION_LOG`) is kept.
 
 /// The largest `LAB_FUSION_MAX_BLOCKS` accepted (burn's search costs grow with the square of it).
 pub const MAX_BLOCKS_LIMIT: usize = 64;
