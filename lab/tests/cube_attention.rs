@@ -707,7 +707,7 @@ fn sum_of_squares_matches_a_direct_sum() {
     assert!((got - want).abs() <= 1e-6 * want, "{got} vs {want}");
     assert_eq!(got.to_bits(), run().to_bits());
     assert_eq!(cube::sum_of_squares(Vec::new()), 0.0);
-    // More tensors than one launch takes (24): 30 tensors of 1 to 300 elements, in two launches.
+    // More tensors than one launch takes (24): 30 tensors of 1 to 291 elements, in two launches.
     let many: Vec<Vec<f32>> = (0..30)
         .map(|k| {
             (0..1 + k * 10)
