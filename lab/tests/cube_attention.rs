@@ -541,6 +541,12 @@ fn profiled_smoke_step(env: &[(&str, &str)]) -> serde_json::Value {
 #[test]
 fn training_step_launches_are_counted_and_timed() {
     let j = profiled_smoke_step(&[]);
+    assert_eq!(
+        j["fusion"].is_null(),
+        !cfg!(feature = "fusion"),
+        "{}",
+        j["fusion"]
+    );
     assert_eq!(j["encoding"], "rope");
     assert_eq!(j["profile_steps"], 2);
     let layers = j["n_layers"].as_f64().unwrap();
@@ -640,6 +646,10 @@ fn fusion_settings_fuse_more_of_the_step() {
         launches(&lab_default),
         launches(&blocks5)
     );
+    assert_eq!(lab_default["fusion"]["max_blocks"], 1);
+    assert_eq!(lab_default["fusion"]["attention"], "lazy");
+    assert_eq!(blocks5["fusion"]["max_blocks"], 5);
+    assert_eq!(eager["fusion"]["attention"], "eager");
     assert_eq!(lab_kernels(&lab_default), lab_kernels(&eager));
     assert_eq!(lab_kernels(&lab_default), lab_kernels(&blocks5));
     assert!(

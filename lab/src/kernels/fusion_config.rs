@@ -62,7 +62,28 @@ impl AttentionMode {
     }
 }
 
+impl AttentionMode {
+    /// `lazy` or `eager`, as `LAB_FUSION_ATTENTION` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionMode::Lazy => "lazy",
+            AttentionMode::Eager => "eager",
+        }
+    }
+}
+
 static ATTENTION_MODE: std::sync::OnceLock<AttentionMode> = std::sync::OnceLock::new();
+
+static MAX_BLOCKS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// `(max_blocks, attention mode)` as [`configure`] set them, in a build with burn's fusion;
+/// `None` before `configure` or without fusion (what `lab bench train-step` reports as `fusion`).
+pub fn settings() -> Option<(usize, AttentionMode)> {
+    if !cfg!(feature = "fusion") {
+        return None;
+    }
+    Some((*MAX_BLOCKS.get()?, attention_mode()))
+}
 
 /// The attention mode [`configure`] set (`Lazy` when it was never called, as in the tests).
 pub fn attention_mode() -> AttentionMode {
@@ -81,6 +102,7 @@ pub fn configure() -> Result<(), String> {
     let max_blocks = parse_max_blocks(std::env::var("LAB_FUSION_MAX_BLOCKS").ok().as_deref())?;
     let mode = AttentionMode::parse(std::env::var("LAB_FUSION_ATTENTION").ok().as_deref())?;
     let _ = ATTENTION_MODE.set(mode);
+    let _ = MAX_BLOCKS.set(max_blocks);
     #[cfg(all(feature = "fusion", any(feature = "wgpu", feature = "cuda")))]
     {
         static ONCE: std::sync::Once = std::sync::Once::new();

@@ -299,7 +299,9 @@ pub fn status_text(
 /// `device_ms_per_step` (the launches' device times summed, `null` when a launch carried no
 /// measurement), `device_timing`, `launch_kinds` (`[{kernel, per_step}]`, most frequent first)
 /// and `host_ms_per_step` (the median of that many steps more under CubeCL's dry run: the host's
-/// work alone; [`crate::train::StepBench::host_ms_per_step`]).
+/// work alone; [`crate::train::StepBench::host_ms_per_step`]). On `wgpu` and `cuda`, `fusion`:
+/// `{max_blocks, attention}` as [`crate::kernels::fusion_config::settings`] gives them (`null`
+/// without burn's fusion).
 ///
 /// # Errors
 /// An unknown sweep or preset, a backend missing from the build, a rayon pool already set.
@@ -357,6 +359,15 @@ pub fn bench_train_step_json(
         "lr": cfg.lr, "beta1": cfg.beta1, "beta2": cfg.beta2, "adam_eps": cfg.adam_eps,
         "weight_decay": cfg.weight_decay, "grad_clip": cfg.grad_clip,
     });
+    if backend != Backend::Cpu {
+        // burn's fusion as this run had it (`LAB_FUSION_MAX_BLOCKS`, `LAB_FUSION_ATTENTION`).
+        json["fusion"] = match crate::kernels::fusion_config::settings() {
+            Some((max_blocks, mode)) => {
+                serde_json::json!({"max_blocks": max_blocks, "attention": mode.name()})
+            }
+            None => serde_json::Value::Null,
+        };
+    }
     if let Some(l) = &b.launches {
         let per = |n: f64| n / b.profile_steps as f64;
         json["profile_steps"] = b.profile_steps.into();
