@@ -128,8 +128,8 @@ impl ModuleMapper for AdamWMapper<'_> {
 
 /// Global L2 norm of every gradient in `grads` that belongs to `model`: on flex through burn's
 /// `square().sum()` per gradient, summed in f32; on a CubeCL device (`wgpu`, `cuda`) one
-/// partial-sum kernel per gradient and an f64 sum on the host
-/// ([`crate::kernels::cube::sum_of_squares`]: a third of the launches).
+/// partial-sum kernel per 24 gradients and an f64 sum on the host
+/// ([`crate::kernels::cube::sum_of_squares`]).
 pub fn global_grad_norm<M: Module>(model: &M, grads: &GradientsParams) -> f64 {
     struct NormVisitor<'a> {
         grads: &'a GradientsParams,

@@ -497,18 +497,25 @@ fn library_forward_matches_the_lab_forward() {
     assert!(err.contains("not a dot product"), "{err}");
 }
 
-/// `lab bench train-step --preset smoke --backend wgpu` with 2 profiled steps, as its own
-/// process (the launch observer is process-wide) with the environment `env`: its JSON.
+/// `lab bench train-step --preset smoke --backend wgpu` with the environment `env`, not run yet.
+fn smoke_step_command(env: &[(&str, &str)]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lab"));
+    cmd.args([
+        "bench",
+        "train-step",
+        "--preset",
+        "smoke",
+        "--backend",
+        "wgpu",
+    ])
+    .envs(env.iter().copied());
+    cmd
+}
+
+/// [`smoke_step_command`] with 2 profiled steps, as its own process (the launch observer is
+/// process-wide): its JSON.
 fn profiled_smoke_step(env: &[(&str, &str)]) -> serde_json::Value {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args([
-            "bench",
-            "train-step",
-            "--preset",
-            "smoke",
-            "--backend",
-            "wgpu",
-        ])
+    let out = smoke_step_command(env)
         .args([
             "--steps",
             "1",
@@ -519,7 +526,6 @@ fn profiled_smoke_step(env: &[(&str, &str)]) -> serde_json::Value {
             "--threads",
             "1",
         ])
-        .envs(env.iter().copied())
         .output()
         .expect("lab runs");
     assert!(
@@ -658,16 +664,7 @@ fn fusion_settings_fuse_more_of_the_step() {
         lab_kernels(&lab_default)
     );
 
-    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_lab"))
-        .args([
-            "bench",
-            "train-step",
-            "--preset",
-            "smoke",
-            "--backend",
-            "wgpu",
-        ])
-        .env("LAB_FUSION_MAX_BLOCKS", "0")
+    let bad = smoke_step_command(&[("LAB_FUSION_MAX_BLOCKS", "0")])
         .output()
         .expect("lab runs");
     let err = String::from_utf8_lossy(&bad.stderr);
