@@ -67,15 +67,27 @@ impl AdamW {
     }
 
     /// One update of every parameter of `model` that has a gradient in `grads`, at learning rate
-    /// `lr`, after scaling every gradient by `grad_scale` (the global-norm clip factor).
+    /// `lr`, after scaling every gradient by `grad_scale` (the global-norm clip factor: an `f64`
+    /// known on the host, or a [`GradScale::Device`] tensor).
     pub fn step<M: Module>(
         &mut self,
         model: M,
         lr: f64,
         grads: GradientsParams,
-        grad_scale: f64,
+        grad_scale: impl Into<GradScale>,
     ) -> M {
         self.step += 1;
+        let grad_scale = match grad_scale.into() {
+            GradScale::Host(s) => Scale::Host(s),
+            // Reshaped to every rank once, before the updates: a reshape inside the stretch of
+            // element-wise updates would end burn's fused blocks there.
+            GradScale::Device(s) => Scale::Device(std::array::from_fn(|r| match r {
+                0 => s.clone().into_dispatch(),
+                1 => s.clone().reshape([1; 2]).into_dispatch(),
+                2 => s.clone().reshape([1; 3]).into_dispatch(),
+                _ => s.clone().reshape([1; 4]).into_dispatch(),
+            })),
+        };
         let mut mapper = AdamWMapper {
             opt: self,
             grads,
@@ -86,11 +98,34 @@ impl AdamW {
     }
 }
 
+/// What every gradient is multiplied by before an AdamW update (the global-norm clip factor).
+#[derive(Clone, Debug)]
+pub enum GradScale {
+    /// A factor known on the host.
+    Host(f64),
+    /// A `[1]` tensor on the gradients' device, computed there from the gradients
+    /// ([`step_stats_on_device`]): the update is issued without reading anything back.
+    Device(Tensor<1>),
+}
+
+impl From<f64> for GradScale {
+    fn from(s: f64) -> Self {
+        GradScale::Host(s)
+    }
+}
+
+/// [`GradScale`] as the updates use it: a device factor as rank-1 to rank-4 `[1, …]` tensors
+/// (the lab's parameters have rank 1 or 2).
+enum Scale {
+    Host(f64),
+    Device([burn::backend::tensor::FloatTensor<burn::backend::Dispatch>; 4]),
+}
+
 struct AdamWMapper<'a> {
     opt: &'a mut AdamW,
     grads: GradientsParams,
     lr: f64,
-    grad_scale: f64,
+    grad_scale: Scale,
 }
 
 impl ModuleMapper for AdamWMapper<'_> {
@@ -101,7 +136,10 @@ impl ModuleMapper for AdamWMapper<'_> {
         };
         let opt = &mut *self.opt;
         let x = tensor.inner();
-        let g = grad * self.grad_scale;
+        let g = match &self.grad_scale {
+            Scale::Host(scale) => grad * *scale,
+            Scale::Device(by_rank) => grad * Tensor::<D>::from_dispatch(by_rank[D - 1].clone()),
+        };
         let moments = opt.moments.remove(&id).map(|b| {
             *b.downcast::<(Tensor<D>, Tensor<D>)>()
                 .expect("a parameter keeps its rank")
@@ -129,7 +167,9 @@ impl ModuleMapper for AdamWMapper<'_> {
 /// Global L2 norm of every gradient in `grads` that belongs to `model`: on flex through burn's
 /// `square().sum()` per gradient, summed in f32; on a CubeCL device (`wgpu`, `cuda`) one
 /// partial-sum kernel per 24 gradients and an f64 sum on the host
-/// ([`crate::kernels::cube::sum_of_squares`]).
+/// ([`crate::kernels::cube::sum_of_squares`]). The training step calls it on flex and with
+/// `LAB_STEP_READS=each`; otherwise a CubeCL step keeps the norm on the device
+/// ([`step_stats_on_device`]).
 pub fn global_grad_norm<M: Module>(model: &M, grads: &GradientsParams) -> f64 {
     struct NormVisitor<'a> {
         grads: &'a GradientsParams,
@@ -168,6 +208,52 @@ pub fn global_grad_norm<M: Module>(model: &M, grads: &GradientsParams) -> f64 {
     v.total
         .map(|t| (t.into_scalar::<f32>() as f64).sqrt())
         .unwrap_or(0.0)
+}
+
+/// A training step's statistics on a CubeCL device (`wgpu`, `cuda`), nothing read back:
+/// `stats` `[3]`, `[loss, correct, ‖g‖²]` — `loss` and `correct` (`[1]` each, on the inner
+/// device) and the squared global L2 norm of every gradient in `grads` that belongs to `model` —
+/// and `clip` `[1]`, the clip factor `min(1, grad_clip/(‖g‖ + 1e-6))` (1 for `grad_clip ≤ 0`),
+/// in f32 ([`crate::kernels::cube::step_stats`]: two launches; with burn's fusion one lazy
+/// operation in the stream).
+///
+/// # Panics
+/// If a tensor is not on a CubeCL device.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub fn step_stats_on_device<M: Module>(
+    model: &M,
+    grads: &GradientsParams,
+    loss: Tensor<1>,
+    correct: Tensor<1>,
+    grad_clip: f64,
+) -> crate::kernels::cube::StepStats<Tensor<1>> {
+    use crate::kernels::cube::CubePrimitives;
+    type C = burn::backend::Cube;
+    fn prim<const D: usize>(t: Tensor<D>) -> burn::backend::tensor::FloatTensor<C> {
+        t.try_into_primitive::<C>()
+            .expect("a wgpu or cuda tensor is a Cube primitive")
+    }
+    struct Collect<'a> {
+        grads: &'a GradientsParams,
+        prims: Vec<burn::backend::tensor::FloatTensor<C>>,
+    }
+    impl ModuleVisitor for Collect<'_> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if let Some(g) = self.grads.get::<D>(param.id) {
+                self.prims.push(prim(g));
+            }
+        }
+    }
+    let mut v = Collect {
+        grads,
+        prims: Vec::new(),
+    };
+    model.visit(&mut v);
+    let s = <C as CubePrimitives>::step_stats(v.prims, prim(loss), prim(correct), grad_clip as f32);
+    crate::kernels::cube::StepStats {
+        stats: Tensor::<1>::from_primitive::<C>(s.stats),
+        clip: Tensor::<1>::from_primitive::<C>(s.clip),
+    }
 }
 
 /// PyTorch's clip factor `min(1, max_norm/(norm + 1e-6))`; 1 when clipping is off.
@@ -426,6 +512,15 @@ fn step_with_checks(
     let batch = to_batch(examples, device);
     let logits = model.forward(batch.inputs);
     let (loss, correct) = masked_cross_entropy(logits, batch.targets, batch.mask);
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    if step_reads() == StepReads::Once && !crate::kernels::is_flex(device) {
+        let loss = ScoredLoss {
+            loss,
+            correct,
+            n_scored: batch.n_scored,
+        };
+        return cube_step(model, opt, cfg, step, loss, checks);
+    }
     let loss_value = loss.clone().into_scalar::<f32>() as f64;
     if checks && !loss_value.is_finite() {
         return (
@@ -457,6 +552,145 @@ fn step_with_checks(
         loss: loss_value,
         correct: correct.into_scalar::<f32>() as f64,
         n_scored: batch.n_scored,
+        grad_norm: norm,
+        lr,
+    };
+    (model, Ok(result))
+}
+
+/// When a training step on a CubeCL device (`wgpu`, `cuda`) reads its statistics back
+/// (`LAB_STEP_READS`; flex always reads as it goes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StepReads {
+    /// Once, at the end, after every kernel of the step was issued, the clip factor computed on
+    /// the device (the default; `cube_step`).
+    Once,
+    /// As it goes: the loss before the backward, the gradient norm before the update (its clip
+    /// factor computed on the host), the correct count at the end — three waits for the device
+    /// per step (the lab's path until 2026-12-05; kept to compare on a GPU).
+    Each,
+}
+
+impl StepReads {
+    /// Parse the value of `LAB_STEP_READS` (`None` when unset: `Once`).
+    ///
+    /// # Errors
+    /// Anything but `once` or `each`: one line naming the variable and the values allowed.
+    pub fn parse(value: Option<&str>) -> Result<Self, String> {
+        match value.map(str::trim) {
+            None | Some("") | Some("once") => Ok(StepReads::Once),
+            Some("each") => Ok(StepReads::Each),
+            Some(other) => Err(format!(
+                "LAB_STEP_READS = `{other}`: allowed values are once (the default) or each"
+            )),
+        }
+    }
+
+    /// `once` or `each`, as `LAB_STEP_READS` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StepReads::Once => "once",
+            StepReads::Each => "each",
+        }
+    }
+}
+
+static STEP_READS: std::sync::OnceLock<StepReads> = std::sync::OnceLock::new();
+
+/// Fix [`step_reads`] from `LAB_STEP_READS` ([`StepReads::parse`]) for this process; later calls
+/// change nothing. `Backend::device` calls it for `wgpu` and `cuda`.
+///
+/// # Errors
+/// A value the parser refuses.
+pub fn configure_step_reads() -> Result<StepReads, String> {
+    let reads = StepReads::parse(std::env::var("LAB_STEP_READS").ok().as_deref())?;
+    Ok(*STEP_READS.get_or_init(|| reads))
+}
+
+/// The [`StepReads`] that [`configure_step_reads`] fixed (`Once` when it was never called).
+pub fn step_reads() -> StepReads {
+    *STEP_READS.get().unwrap_or(&StepReads::Once)
+}
+
+/// A batch's loss as [`masked_cross_entropy`] gives it, not yet read back.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+struct ScoredLoss {
+    /// `[1]`, on the autodiff device.
+    loss: Tensor<1>,
+    /// Correct predictions among the scored positions, `[1]`.
+    correct: Tensor<1>,
+    /// Scored positions.
+    n_scored: usize,
+}
+
+/// The rest of [`step_with_checks`] on a CubeCL device (`wgpu`, `cuda`): every kernel of the step
+/// is issued before anything is read back — the backward, the squared gradient norm and the clip
+/// factor `min(1, c/(‖g‖ + 1e-6))` on the device ([`step_stats_on_device`]), AdamW with that
+/// factor ([`GradScale::Device`]) — and then the loss, the correct count and the squared norm
+/// come back in one read, as PyTorch's loop does (`clip_grad_norm_` on the device,
+/// one `loss.item()`). On flex the step reads the loss, then the norm, then the count as it
+/// goes (a read there costs nothing, and the CPU's numbers stay as they were); here each read
+/// waited for the device. What burn's fusion stream holds is submitted after the loss and after
+/// the statistics ([`crate::kernels::cube::submit_pending`]: the kernels queued, no wait), so the
+/// device works on one part while the host records the next (docs/performance.md, "One read per
+/// step"). The norm and the factor are f32 here (f64 on the host before). On a failed check the
+/// model returned is the one before the step; the optimiser's moments have taken it (the run
+/// stops there). `LAB_STEP_READS=each` ([`StepReads`]) keeps the reading step instead.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn cube_step(
+    model: Transformer,
+    opt: &mut AdamW,
+    cfg: &RunConfig,
+    step: usize,
+    scored: ScoredLoss,
+    checks: bool,
+) -> (Transformer, Result<StepResult, String>) {
+    let ScoredLoss {
+        loss,
+        correct,
+        n_scored,
+    } = scored;
+    // The forward and the loss go to the device now, while the host records the backward.
+    crate::kernels::cube::submit_pending(&loss.clone().inner());
+    let grads = GradientsParams::from_grads(loss.backward(), &model);
+    let s = step_stats_on_device(&model, &grads, loss.inner(), correct.inner(), cfg.grad_clip);
+    // The backward and the statistics too, while the host records the update.
+    crate::kernels::cube::submit_pending(&s.clip);
+    let scale = if cfg.grad_clip > 0.0 {
+        GradScale::Device(s.clip)
+    } else {
+        GradScale::Host(1.0)
+    };
+    let lr = lr_at(step, cfg);
+    let before = checks.then(|| model.clone());
+    let model = opt.step(model, lr, grads, scale).project();
+    let read = s
+        .stats
+        .into_data()
+        .try_to_vec::<f32>()
+        .expect("f32 step statistics");
+    let (loss_value, correct, norm) = (read[0] as f64, read[1] as f64, (read[2] as f64).sqrt());
+    if let Some(before) = before {
+        let failed = if !loss_value.is_finite() {
+            Some(format!("non-finite training loss ({loss_value})"))
+        } else if !norm.is_finite() {
+            Some(format!("non-finite gradient norm ({norm})"))
+        } else if cfg.max_grad_norm > 0.0 && norm > cfg.max_grad_norm {
+            Some(format!(
+                "exploding gradients: norm {norm:.4e} > max_grad_norm = {:e}",
+                cfg.max_grad_norm
+            ))
+        } else {
+            None
+        };
+        if let Some(reason) = failed {
+            return (before, Err(reason));
+        }
+    }
+    let result = StepResult {
+        loss: loss_value,
+        correct,
+        n_scored,
         grad_norm: norm,
         lr,
     };
@@ -1122,6 +1356,24 @@ mod tests {
         assert_eq!(clip_factor(0.5, 1.0), 1.0);
         assert!((clip_factor(4.0, 1.0) - 1.0 / (4.0 + 1e-6)).abs() < 1e-15);
         assert_eq!(clip_factor(1e9, 0.0), 1.0);
+    }
+
+    /// `LAB_STEP_READS`: unset or empty is `once`; `once` and `each` by name; anything else
+    /// refused in one line naming the variable and the values.
+    #[test]
+    fn parse_lab_step_reads() {
+        assert_eq!(StepReads::parse(None), Ok(StepReads::Once));
+        assert_eq!(StepReads::parse(Some(" ")), Ok(StepReads::Once));
+        assert_eq!(StepReads::parse(Some("once")), Ok(StepReads::Once));
+        assert_eq!(StepReads::parse(Some("each")), Ok(StepReads::Each));
+        assert_eq!(StepReads::Each.name(), "each");
+        for bad in ["Once", "twice", "1"] {
+            let err = StepReads::parse(Some(bad)).unwrap_err();
+            assert_eq!(
+                err,
+                format!("LAB_STEP_READS = `{bad}`: allowed values are once (the default) or each")
+            );
+        }
     }
 
     /// One AdamW step on a hand-computed case: a [1, 2] matrix and a [2] vector.

@@ -574,6 +574,9 @@ fn training_step_launches_are_counted_and_timed() {
         per_step("SqSumPartials"),
         ((3.0 + 8.0 * layers) / 24.0).ceil()
     );
+    // Read once at the step's end: the partials added and the clip factor made on the device.
+    assert_eq!(j["step_reads"], "once");
+    assert_eq!(per_step("StepStats"), 1.0);
     let launches = j["launches_per_step"].as_f64().unwrap();
     let summed: f64 = kinds.iter().map(|e| e["per_step"].as_f64().unwrap()).sum();
     assert!((launches - summed).abs() < 1e-9, "{launches} vs {summed}");
@@ -676,6 +679,46 @@ fn fusion_settings_fuse_more_of_the_step() {
     assert!(line.contains("from 1 to 64"), "{err}");
 }
 
+/// `LAB_STEP_READS`: `each` brings back the step that reads the loss, the gradient norm and the
+/// correct count as it goes (the norm's partials summed on the host: no `StepStats` kernel, the
+/// same partial-sum launches and attention kernels); the JSON says which ran; a bad value is
+/// refused in one line.
+#[test]
+fn step_reads_once_or_each() {
+    let per_step = |j: &serde_json::Value, k: &str| {
+        j["launch_kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kernel"] == k)
+            .map_or(0.0, |e| e["per_step"].as_f64().unwrap())
+    };
+    let once = profiled_smoke_step(&[]);
+    let each = profiled_smoke_step(&[("LAB_STEP_READS", "each")]);
+    assert_eq!(once["step_reads"], "once");
+    assert_eq!(each["step_reads"], "each");
+    assert_eq!(per_step(&once, "StepStats"), 1.0);
+    assert_eq!(per_step(&each, "StepStats"), 0.0);
+    for k in [
+        "SqSumPartials",
+        "AttnFwdTiled",
+        "AttnBwdDkdvTiled",
+        "RopeRotate",
+    ] {
+        assert_eq!(per_step(&once, k), per_step(&each, k), "{k}");
+    }
+    let bad = smoke_step_command(&[("LAB_STEP_READS", "twice")])
+        .output()
+        .expect("lab runs");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("LAB_STEP_READS = `twice`") && err.contains("once (the default) or each"),
+        "{err}"
+    );
+}
+
 /// The gradient norm's sum of squares on the device (`cube::sum_of_squares`) against a direct
 /// f64 sum: tensors shorter than, equal to and longer than a unit's 256 elements, a partial last
 /// stride, a matrix; and the same bits twice; no tensors give 0; 30 tensors (two launches); a view
@@ -763,4 +806,142 @@ fn gradient_norm_kernel_compiles_for_sm90() {
         "{}",
         sources[0].source
     );
+    // The training step's statistics: the partial sums, then the one-cube `step_stats`.
+    let d = wgpu();
+    let [g, loss, correct] =
+        [&[1.0f32; 300][..], &[2.0], &[3.0]].map(|v| host_to_cube(v, [v.len()], &d));
+    let (_, kernels) = cuda_source::capture(90, || cube::step_stats(vec![g], loss, correct, 1.0));
+    let names: Vec<&str> = kernels.iter().map(|(n, _, _)| &**n).collect();
+    assert_eq!(names, ["sq_sum_partials", "step_stats"]);
+    let kernels = kernels.into_iter().map(|(n, _, k)| (n, k)).collect();
+    let sources = cuda_source::compile(kernels, 90, "step statistics").unwrap();
+    assert!(sources[1].source.contains("__global__"));
+}
+
+/// A training step's statistics on the device (`cube::step_stats`) against a direct
+/// computation: the loss and correct count copied, the sum of squares of 30 gradients (two
+/// partial-sum launches, then one cube adding the partials) within f32 rounding of an f64 sum,
+/// and the clip factor `min(1, c/(√Σ + 1e-6))` — acting (c 0.5), off (c 0) and above the norm
+/// (c 1e9); without gradients Σ is 0 and the factor 1.
+#[test]
+fn step_stats_match_a_direct_computation() {
+    let d = wgpu();
+    let grads: Vec<Vec<f32>> = (0..30)
+        .map(|k| {
+            (0..1 + k * 10)
+                .map(|i| ((i + 3 * k) % 11) as f32 * 0.5 - 2.5)
+                .collect()
+        })
+        .collect();
+    let want: f64 = grads
+        .iter()
+        .flatten()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum();
+    let upload = |v: &[f32]| host_to_cube(v, [v.len()], &d);
+    for max_norm in [0.5f32, 0.0, 1e9] {
+        let s = cube::step_stats(
+            grads.iter().map(|g| upload(g)).collect(),
+            upload(&[2.5]),
+            upload(&[7.0]),
+            max_norm,
+        );
+        let (stats, clip) = (cube_to_host(s.stats), cube_to_host(s.clip));
+        assert_eq!(stats[..2], [2.5, 7.0]);
+        assert!(
+            (f64::from(stats[2]) - want).abs() <= 1e-6 * want,
+            "{} vs {want}",
+            stats[2]
+        );
+        let want_clip = if max_norm > 0.0 {
+            (f64::from(max_norm) / (want.sqrt() + 1e-6)).min(1.0)
+        } else {
+            1.0
+        };
+        assert!(
+            (f64::from(clip[0]) - want_clip).abs() <= 1e-6 * want_clip,
+            "c {max_norm}: {} vs {want_clip}",
+            clip[0]
+        );
+    }
+    assert!(want.sqrt() > 0.5 / 0.9, "the 0.5 case clips");
+    let s = cube::step_stats(Vec::new(), upload(&[1.0]), upload(&[0.0]), 1.0);
+    assert_eq!(cube_to_host(s.stats), [1.0, 0.0, 0.0]);
+    assert_eq!(cube_to_host(s.clip), [1.0]);
+}
+
+/// All of a module's float parameters, flattened in visiting order.
+fn parameters<M: burn::module::Module>(m: &M) -> Vec<f32> {
+    struct Flat(Vec<f32>);
+    impl burn::module::ModuleVisitor for Flat {
+        fn visit_float<const D: usize>(
+            &mut self,
+            param: &burn::module::Param<burn::tensor::Tensor<D>>,
+        ) {
+            self.0
+                .extend(param.val().into_data().try_to_vec::<f32>().unwrap());
+        }
+    }
+    let mut flat = Flat(Vec::new());
+    m.visit(&mut flat);
+    flat.0
+}
+
+/// The clip factor on the device: AdamW scaled by a `[1]` device tensor
+/// (`train::GradScale::Device`, reshaped to each parameter's rank) updates a rank-2 and a rank-1
+/// parameter exactly as with the same factor from the host, and differently from an unscaled
+/// step (ε = 1 makes the update depend on the gradient's scale, which plain Adam's does not).
+#[test]
+fn device_clip_factor_updates_as_the_host_one() {
+    use burn::module::{Module, Param};
+    use burn::optim::GradientsParams;
+    use burn::tensor::{Tensor, TensorData};
+    use lab::train::{AdamW, GradScale};
+    #[derive(Module, Debug)]
+    struct Toy {
+        w: Param<Tensor<2>>,
+        b: Param<Tensor<1>>,
+    }
+    let d = wgpu();
+    let ad = d.clone().autodiff();
+    let step = |scale: GradScale| {
+        let toy = Toy {
+            w: Param::from_data(TensorData::new(vec![1.0f32, -2.0], [1, 2]), &ad),
+            b: Param::from_data(TensorData::new(vec![0.5f32, -0.25], [2]), &ad),
+        };
+        let c = Tensor::<2>::from_data(TensorData::new(vec![3.0f32, 4.0], [1, 2]), &ad);
+        let loss = (toy.w.val() * c).sum() + toy.b.val().square().sum();
+        let grads = GradientsParams::from_grads(loss.backward(), &toy);
+        let mut opt = AdamW::new(0.9, 0.95, 1.0, 0.1);
+        parameters(&opt.step(toy, 0.01, grads, scale))
+    };
+    let host = step(GradScale::Host(0.3));
+    let device = step(GradScale::Device(Tensor::from_data(
+        TensorData::new(vec![0.3f32], [1]),
+        &d,
+    )));
+    let unscaled = step(GradScale::Host(1.0));
+    for ((h, g), u) in host.iter().zip(&device).zip(&unscaled) {
+        assert!((h - g).abs() <= 1e-7, "{host:?} vs {device:?}");
+        assert!((h - u).abs() > 1e-3, "{host:?} vs unscaled {unscaled:?}");
+    }
+}
+
+/// A training step on wgpu that trips the exploding-gradient check (its first gradient norm,
+/// about 2.16, above `max_grad_norm` 0.5) reports it with the norm read at the step's end, and
+/// returns the model from before the step although the update was already issued.
+#[test]
+fn failed_device_step_returns_the_model_before_it() {
+    let mut cfg = selfcheck::step_check_config("rope");
+    cfg.attention = lab::model::AttentionKernel::Fused;
+    cfg.max_grad_norm = 0.5;
+    let ad = wgpu().autodiff();
+    let model = cfg.model().init(cfg.seed, &ad);
+    let before = parameters(&model);
+    let mut opt = lab::train::AdamW::new(cfg.beta1, cfg.beta2, cfg.adam_eps, cfg.weight_decay);
+    let examples = cfg.train_batch(0).unwrap();
+    let (model, r) = lab::train::train_step(model, &mut opt, &cfg, 0, &examples, &ad);
+    let err = r.err().expect("the step fails");
+    assert!(err.starts_with("exploding gradients: norm 2.1"), "{err}");
+    assert_eq!(parameters(&model), before);
 }

@@ -843,6 +843,53 @@ mod kernels {
         partials[(offset + u) as usize] = acc;
     }
 
+    /// The end of a training step's statistics, one cube of `units` units: unit `t` adds
+    /// `partials[t], partials[t + units], …` (`< n`), then unit 0 adds the `units` sums in order
+    /// and writes `stats = [loss[0], correct[0], Σ partials]` and `clip[0] = min(1, max_norm /
+    /// (√Σ + 1e-6))` (PyTorch's `clip_grad_norm_` factor; 1 when `max_norm ≤ 0`, or when the
+    /// sum is not a number).
+    #[cube(launch, create_dummy_kernel)]
+    pub fn step_stats(
+        partials: &[f32],
+        loss: &[f32],
+        correct: &[f32],
+        stats: &mut [f32],
+        clip: &mut [f32],
+        n: u32,
+        max_norm: f32,
+        #[comptime] units: usize,
+    ) {
+        let t = UNIT_POS as usize;
+        let mut sums = Shared::<[f32]>::new_slice(units);
+        let mut acc = 0.0f32;
+        let len = n as usize;
+        if t < len {
+            let iters = (len - t).div_ceil(units);
+            for k in 0..iters {
+                acc += partials[t + k * units];
+            }
+        }
+        sums[t] = acc;
+        sync_cube();
+        if t == 0 {
+            let mut total = 0.0f32;
+            for u in 0..units {
+                total += sums[u];
+            }
+            stats[0] = loss[0];
+            stats[1] = correct[0];
+            stats[2] = total;
+            let mut factor = 1.0f32;
+            if max_norm > 0.0f32 {
+                let c = max_norm / (f32::sqrt(total) + 1.0e-6f32);
+                if c < 1.0f32 {
+                    factor = c;
+                }
+            }
+            clip[0] = factor;
+        }
+    }
+
     /// Backward for `dq` (or `dq̃`): one unit per query row, looping over keys `j ≤ i`.
     #[cube(launch, create_dummy_kernel)]
     pub fn attn_bwd_dq(
@@ -2652,40 +2699,39 @@ const SQ_SUM_PER_UNIT: usize = 256;
 /// per kernel.
 const SQ_SUM_TENSORS_PER_LAUNCH: usize = 24;
 
-/// `Σ x²` over every element of `ts` (f32 tensors of any shapes on one CubeCL device) as f64:
-/// one launch of `sq_sum_partials` per 24 tensors, its `⌈N/256⌉` units (`N` the launch's
-/// elements) each adding, tensor after tensor, every `units`-th element from its own index
-/// (coalesced reads), then one read of all the partials, summed on the host in a fixed order. The
-/// lab's global gradient norm on CubeCL devices ([`crate::train::global_grad_norm`]): one launch
-/// for the quick model's 19 gradients, where burn's `square().sum()` takes three per gradient (a
-/// fused square, a zero fill and an atomic shared-memory sum) and the scalars are then added on
-/// the device; with a fixed order, the same bits run after run. Empty input: 0. The kernel takes
-/// each tensor's length from its buffer binding, which for a view (burn-cubecl's slice: the same
-/// buffer at an offset) is the view's own range (`sum_of_squares_matches_a_direct_sum`).
-///
-/// # Panics
-/// If the device read fails.
-pub fn sum_of_squares(ts: Vec<CubeTensor>) -> f64 {
+/// Units of each `sq_sum_partials` launch for tensors of `sizes` elements (empty ones skipped):
+/// one launch per 24 tensors, `⌈N/256⌉` units for its `N` elements. Their sum is the length of
+/// [`square_partials`]' output.
+fn square_partials_units(sizes: impl IntoIterator<Item = usize>) -> Vec<usize> {
+    let sizes: Vec<usize> = sizes.into_iter().filter(|&n| n > 0).collect();
+    sizes
+        .chunks(SQ_SUM_TENSORS_PER_LAUNCH)
+        .map(|g| g.iter().sum::<usize>().div_ceil(SQ_SUM_PER_UNIT))
+        .collect()
+}
+
+/// Partial sums of `x²` over every element of `ts` (f32 tensors of any shapes on one CubeCL
+/// device), `[units]` f32, nothing read back: one launch of `sq_sum_partials` per 24 tensors,
+/// its `⌈N/256⌉` units (`N` the launch's elements) each adding, tensor after tensor, every
+/// `units`-th element from its own index (coalesced reads, a fixed order). `None` when every
+/// tensor is empty. The kernel takes each tensor's length from its buffer binding, which for a
+/// view (burn-cubecl's slice: the same buffer at an offset) is the view's own range
+/// (`sum_of_squares_matches_a_direct_sum`). The lab's global gradient norm on CubeCL devices
+/// ([`step_stats`]): one launch for the quick model's 19 gradients, where burn's
+/// `square().sum()` takes three per gradient (a fused square, a zero fill and an atomic
+/// shared-memory sum).
+pub fn square_partials(ts: Vec<CubeTensor>) -> Option<CubeTensor> {
     let ts: Vec<CubeTensor> = ts
         .into_iter()
         .map(|t| prepare(t, "gradient"))
         .filter(|t| t.shape().num_elements() > 0)
         .collect();
-    let Some(first) = ts.first() else {
-        return 0.0;
-    };
-    let groups: Vec<&[CubeTensor]> = ts.chunks(SQ_SUM_TENSORS_PER_LAUNCH).collect();
-    let units: Vec<usize> = groups
-        .iter()
-        .map(|g| {
-            let n: usize = g.iter().map(|t| t.shape().num_elements()).sum();
-            n.div_ceil(SQ_SUM_PER_UNIT)
-        })
-        .collect();
+    let first = ts.first()?;
+    let units = square_partials_units(ts.iter().map(|t| t.shape().num_elements()));
     let partials = empty_like(first, vec![units.iter().sum()]);
     let client = first.client.clone();
     let mut offset = 0usize;
-    for (group, &u) in groups.iter().zip(&units) {
+    for (group, &u) in ts.chunks(SQ_SUM_TENSORS_PER_LAUNCH).zip(&units) {
         let (count, dim) = launch_dims(first, u);
         let seq = || group.iter().map(arg).collect::<SequenceArg<Box<[f32]>>>();
         // Not `launch!`: its CPU run of the CUDA C++ (`cuda_host`) takes buffers and scalars only.
@@ -2719,7 +2765,72 @@ pub fn sum_of_squares(ts: Vec<CubeTensor>) -> f64 {
         );
         offset += u;
     }
-    cube_to_host(partials).iter().map(|&p| p as f64).sum()
+    Some(partials)
+}
+
+/// `Σ x²` over every element of `ts` as f64: [`square_partials`], then one read of the partials,
+/// summed on the host in a fixed order (the same bits run after run). Empty input: 0.
+///
+/// # Panics
+/// If the device read fails.
+pub fn sum_of_squares(ts: Vec<CubeTensor>) -> f64 {
+    match square_partials(ts) {
+        Some(p) => cube_to_host(p).iter().map(|&p| p as f64).sum(),
+        None => 0.0,
+    }
+}
+
+/// Units of the one cube of `step_stats`.
+const STEP_STATS_UNITS: usize = 256;
+
+/// A training step's statistics on the device: `stats` `[3]` f32 `[loss, correct, Σ g²]` — the
+/// loss and the correct count copied from `loss` and `correct` (`[1]` each), the sum of squares
+/// of every element of `grads` ([`square_partials`], then one cube of the `step_stats` kernel
+/// adding the partials in a fixed order) — and `clip` `[1]`, PyTorch's clip factor
+/// `min(1, max_norm/(√Σ + 1e-6))` (1 for `max_norm ≤ 0`). Two launches, nothing read back: the
+/// lab's training step on CubeCL devices scales the gradients by `clip` on the device and reads
+/// `stats` once, at its end ([`crate::train`]'s `cube_step`). Sums in f32.
+///
+/// # Panics
+/// On a non-f32 tensor.
+pub fn step_stats(
+    grads: Vec<CubeTensor>,
+    loss: CubeTensor,
+    correct: CubeTensor,
+    max_norm: f32,
+) -> StepStats<CubeTensor> {
+    let (loss, correct) = (prepare(loss, "loss"), prepare(correct, "correct"));
+    let partials = square_partials(grads);
+    let n = partials.as_ref().map_or(0, |p| p.shape().num_elements());
+    // Without gradients the kernel reads no partial; any buffer binds.
+    let partials = partials.unwrap_or_else(|| loss.clone());
+    let stats = empty_like(&loss, vec![3]);
+    let clip = empty_like(&loss, vec![1]);
+    let client = loss.client.clone();
+    launch!(
+        step_stats,
+        &client,
+        CubeCount::Static(1, 1, 1),
+        CubeDim::new_1d(STEP_STATS_UNITS as u32),
+        arg(&partials),
+        arg(&loss),
+        arg(&correct),
+        arg(&stats),
+        arg(&clip),
+        n as u32,
+        max_norm,
+        STEP_STATS_UNITS,
+    );
+    StepStats { stats, clip }
+}
+
+/// What [`step_stats`] returns, as tensors `T`.
+#[derive(Clone, Debug)]
+pub struct StepStats<T> {
+    /// `[3]`: loss, correct count, sum of squares of the gradients.
+    pub stats: T,
+    /// `[1]`: the clip factor.
+    pub clip: T,
 }
 
 /// The device tensor behind a float tensor of a `wgpu` or `cuda` device (burn's `Cube` backend,
@@ -2732,6 +2843,20 @@ pub fn tensor_to_cube<const D: usize>(t: burn::tensor::Tensor<D>) -> CubeTensor 
         t.try_into_primitive::<burn::backend::Cube>()
             .expect("a wgpu or cuda tensor is a Cube primitive"),
     )
+}
+
+/// Submit every operation burn's fusion stream holds up to `t` (a tensor of a `wgpu` or `cuda`
+/// device): their kernels are launched — queued on the device, nothing read back, the host not
+/// waiting for them. Without burn's fusion, kernels launch as each operation is called and this
+/// does nothing. The lab's training step on CubeCL devices calls it after the loss and after the
+/// gradients' statistics ([`crate::train`]'s `cube_step`) so the device works on one part of the
+/// step while the host records the next: on lavapipe the tiny model's step fell from 36–44 to
+/// 24–30 ms with the read-once step (docs/performance.md, "One read per step").
+///
+/// # Panics
+/// If `t` is not on a CubeCL device.
+pub fn submit_pending<const D: usize>(t: &burn::tensor::Tensor<D>) {
+    drop(tensor_to_cube(t.clone()));
 }
 
 /// Comptime/runtime settings of the attention kernels for one call.
@@ -3654,6 +3779,28 @@ pub trait CubePrimitives: burn::backend::Backend {
     ) -> Vec<FloatTensor<Self>> {
         eager_backward::<Self>(saved, dout)
     }
+
+    /// [`step_stats`] on this backend's tensors: `[loss, correct, Σ g²]` and the clip factor
+    /// from the gradients (any shapes, f32), the loss and the correct count (`[1]` each). On
+    /// `Fusion` one lazy operation in the stream, like the attention's, so the step is not
+    /// drained.
+    fn step_stats(
+        grads: Vec<FloatTensor<Self>>,
+        loss: FloatTensor<Self>,
+        correct: FloatTensor<Self>,
+        max_norm: f32,
+    ) -> StepStats<FloatTensor<Self>> {
+        let s = step_stats(
+            grads.into_iter().map(Self::to_cube).collect(),
+            Self::to_cube(loss),
+            Self::to_cube(correct),
+            max_norm,
+        );
+        StepStats {
+            stats: Self::from_cube(s.stats),
+            clip: Self::from_cube(s.clip),
+        }
+    }
 }
 
 /// What [`CubePrimitives::attention_forward`] returns.
@@ -3993,6 +4140,39 @@ impl CubePrimitives for FusionCube {
             grads.extend(g.ddelta);
             grads
         })
+    }
+
+    fn step_stats(
+        grads: Vec<FloatTensor<Self>>,
+        loss: FloatTensor<Self>,
+        correct: FloatTensor<Self>,
+        max_norm: f32,
+    ) -> StepStats<FloatTensor<Self>> {
+        for t in grads.iter().chain([&loss, &correct]) {
+            assert_eq!(
+                t.dtype,
+                DType::F32,
+                "step statistics: the cube kernels take f32"
+            );
+        }
+        let n_grads = grads.len();
+        let mut inputs = grads;
+        inputs.extend([loss, correct]);
+        let mut out = register_lazy(
+            "lab_step_stats",
+            inputs,
+            vec![Shape::from(vec![3]), Shape::from(vec![1])],
+            move |mut t| {
+                let correct = t.pop().expect("correct");
+                let loss = t.pop().expect("loss");
+                debug_assert_eq!(t.len(), n_grads);
+                let s = step_stats(t, loss, correct, max_norm);
+                vec![s.stats, s.clip]
+            },
+        );
+        let clip = out.pop().expect("two outputs");
+        let stats = out.pop().expect("two outputs");
+        StepStats { stats, clip }
     }
 }
 

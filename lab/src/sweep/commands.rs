@@ -301,7 +301,7 @@ pub fn status_text(
 /// and `host_ms_per_step` (the median of that many steps more under CubeCL's dry run: the host's
 /// work alone; [`crate::train::StepBench::host_ms_per_step`]). On `wgpu` and `cuda`, `fusion`:
 /// `{max_blocks, attention}` as [`crate::kernels::fusion_config::settings`] gives them (`null`
-/// without burn's fusion).
+/// without burn's fusion), and `step_reads` (`once` or `each`: [`crate::train::step_reads`]).
 ///
 /// # Errors
 /// An unknown sweep or preset, a backend missing from the build, a rayon pool already set.
@@ -367,6 +367,7 @@ pub fn bench_train_step_json(
             }
             None => serde_json::Value::Null,
         };
+        json["step_reads"] = crate::train::step_reads().name().into();
     }
     if let Some(l) = &b.launches {
         let per = |n: f64| n / b.profile_steps as f64;

@@ -63,9 +63,11 @@ impl Backend {
     /// when the machine has no CUDA driver library to load, or (`wgpu`, `cuda`) when
     /// `LAB_KERNEL_CACHE` holds a value [`crate::kernels::kernel_cache::CacheSetting::parse`]
     /// refuses, or `LAB_FUSION_MAX_BLOCKS` one [`crate::kernels::fusion_config::parse_max_blocks`]
-    /// refuses. On `wgpu` and `cuda` it first installs CubeCL's configuration with the kernel
-    /// cache ([`crate::kernels::kernel_cache::configure`]) and burn's with the fusion search's
-    /// `max_blocks` ([`crate::kernels::fusion_config::configure`]).
+    /// refuses, or `LAB_STEP_READS` one [`crate::train::StepReads::parse`] refuses. On `wgpu` and
+    /// `cuda` it first installs CubeCL's configuration with the kernel cache
+    /// ([`crate::kernels::kernel_cache::configure`]) and burn's with the fusion search's
+    /// `max_blocks` ([`crate::kernels::fusion_config::configure`]), and fixes when a training
+    /// step reads back ([`crate::train::configure_step_reads`]).
     pub fn device(self) -> Result<burn::tensor::Device, SweepError> {
         match self {
             Backend::Cpu => Ok(burn::tensor::Device::flex()),
@@ -73,6 +75,7 @@ impl Backend {
             Backend::Wgpu => {
                 crate::kernels::kernel_cache::configure().map_err(SweepError::Backend)?;
                 crate::kernels::fusion_config::configure().map_err(SweepError::Backend)?;
+                crate::train::configure_step_reads().map_err(SweepError::Backend)?;
                 Ok(burn::tensor::Device::wgpu(
                     burn::tensor::DeviceKind::DefaultDevice,
                 ))
@@ -82,6 +85,7 @@ impl Backend {
                 cuda_driver_loadable()?;
                 crate::kernels::kernel_cache::configure().map_err(SweepError::Backend)?;
                 crate::kernels::fusion_config::configure().map_err(SweepError::Backend)?;
+                crate::train::configure_step_reads().map_err(SweepError::Backend)?;
                 Ok(burn::tensor::Device::cuda(0))
             }
             #[allow(unreachable_patterns)]
