@@ -396,7 +396,7 @@ pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evalua
             .expect("config validated");
         let batch = to_batch(&examples, &eval_device);
         let (logits, qk) = model.forward_with_qk(batch.inputs.clone());
-        let (loss, ok) = masked_cross_entropy(logits, batch.targets, batch.mask);
+        let (loss, ok) = masked_cross_entropy(logits, batch.targets, batch.mask, batch.n_scored);
         loss_sum += loss.into_scalar::<f32>() as f64 * batch.n_scored as f64;
         correct += ok.into_scalar::<f32>() as f64;
         scored += batch.n_scored;
@@ -511,7 +511,7 @@ fn step_with_checks(
 ) -> (Transformer, Result<StepResult, String>) {
     let batch = to_batch(examples, device);
     let logits = model.forward(batch.inputs);
-    let (loss, correct) = masked_cross_entropy(logits, batch.targets, batch.mask);
+    let (loss, correct) = masked_cross_entropy(logits, batch.targets, batch.mask, batch.n_scored);
     #[cfg(any(feature = "wgpu", feature = "cuda"))]
     if step_reads() == StepReads::Once && !crate::kernels::is_flex(device) {
         let loss = ScoredLoss {

@@ -85,7 +85,8 @@ fn check(what: &str, cfg: &ModelConfig, batch: usize, seq: usize) {
     };
     let logits = model.forward(ids(&tokens));
     let m = Tensor::<2>::from_data(TensorData::new(mask.clone(), [batch, seq]), &device);
-    let (loss, correct) = masked_cross_entropy(logits.clone(), ids(&targets), m);
+    let n_scored = mask.iter().filter(|&&x| x > 0.0).count();
+    let (loss, correct) = masked_cross_entropy(logits.clone(), ids(&targets), m, n_scored);
     let burn_loss = values(loss.clone())[0] as f64;
     let burn_correct = values(correct)[0] as usize;
     let g = loss.backward();

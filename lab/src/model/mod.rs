@@ -788,20 +788,22 @@ impl Transformer {
 /// Mean cross-entropy over scored positions and the number of correct argmax predictions.
 ///
 /// `logits`: `[batch, seq, vocab]`; `targets`: `[batch, seq]` token ids; `mask`: `[batch, seq]`
-/// with 1.0 where scored, 0.0 elsewhere. Returns `(loss [1] in nats, correct [1])` where
-/// `correct` counts scored positions whose argmax equals the target (not differentiable).
+/// with 1.0 where scored, 0.0 elsewhere; `n_scored`: the number of ones in `mask`, known on the
+/// host (the divisor, at least 1; no reduction of `mask` on the device). Returns `(loss [1] in
+/// nats, correct [1])` where `correct` counts scored positions whose argmax equals the target
+/// (not differentiable).
 pub fn masked_cross_entropy(
     logits: Tensor<3>,
     targets: Tensor<2, Int>,
     mask: Tensor<2>,
+    n_scored: usize,
 ) -> (Tensor<1>, Tensor<1>) {
     let [b, l, _] = logits.dims();
     let log_probs = burn::tensor::activation::log_softmax(logits.clone(), 2);
     let picked = log_probs
         .gather(2, targets.clone().unsqueeze_dim::<3>(2))
         .reshape([b, l]);
-    let n_scored = mask.clone().sum().clamp_min(1.0);
-    let loss = -(picked * mask.clone()).sum() / n_scored;
+    let loss = -(picked * mask.clone()).sum() / n_scored.max(1) as f64;
     let pred = logits.detach().argmax(2).reshape([b, l]);
     let correct = (pred.equal(targets).float() * mask).sum();
     (loss, correct)
