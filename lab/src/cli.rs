@@ -554,8 +554,12 @@ fn cuda_source(
         .collect::<Result<Vec<_>, String>>()
         .map_err(anyhow::Error::msg)?;
     let device = Backend::Wgpu.device()?;
-    let sources = cuda_source::attention_sources(&device, sm, heads, head_dim, &encodings)
+    let mut sources = cuda_source::attention_sources(&device, sm, heads, head_dim, &encodings)
         .map_err(anyhow::Error::msg)?;
+    cuda_source::merge(
+        &mut sources,
+        cuda_source::training_sources(&device, sm).map_err(anyhow::Error::msg)?,
+    );
     let index = cuda_source::write_sources(out, &sources).map_err(anyhow::Error::msg)?;
     let mut lines: Vec<String> = sources
         .iter()
@@ -795,7 +799,8 @@ pub enum BenchCmd {
     },
     /// Write the CUDA C++ of the lab's attention kernels for an NVIDIA GPU of compute capability
     /// `--sm`, generated here without one: every kernel the forward and backward launch, for
-    /// every encoding and launch layout (rows, tiled, tiled-split, tiled-staged, cmma, cmma-wide), compiled by cubecl-cpp
+    /// every encoding and launch layout (rows, tiled, tiled-split, tiled-staged, cmma, cmma-wide),
+    /// and the training step's gradient-norm and statistics kernels, compiled by cubecl-cpp
     /// as cubecl-cuda does before handing the text to NVRTC. One `.cu` file per distinct kernel
     /// and `kernels.tsv` (kernel, cube dim, shared memory, which encoding/layout uses it). Needs
     /// the cargo feature `cuda-source` and a wgpu device (Mesa's lavapipe will do; nothing of

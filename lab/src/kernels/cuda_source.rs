@@ -299,6 +299,22 @@ pub fn attention_sources(
     Ok(all)
 }
 
+/// The CUDA C++ of the kernels a training step on a CubeCL device launches besides the
+/// attention's ([`super::cube::step_stats`]: the gradients' partial sums of squares,
+/// `sq_sum_partials`, and the one-cube `step_stats`), for compute capability `sm`; `uses` is
+/// `train/step`. `device` is a `wgpu` device (buffers only; nothing is launched).
+///
+/// # Errors
+/// A kernel that fails to expand or compile: one line naming it.
+pub fn training_sources(device: &burn::tensor::Device, sm: u32) -> Result<Vec<KernelSource>, String> {
+    use super::cube;
+    let grad = cube::host_to_cube(&[0.0f32; 300], [300], device);
+    let [loss, correct] = [(); 2].map(|_| cube::host_to_cube(&[0.0f32], [1], device));
+    let (_, kernels) = capture(sm, || cube::step_stats(vec![grad], loss, correct, 1.0));
+    let kernels = kernels.into_iter().map(|(n, _, k)| (n, k)).collect();
+    compile(kernels, sm, "train/step")
+}
+
 /// Add `more` to `all`, merging a kernel already present into its entry's `uses`. Kernels are the
 /// same when their entry names are: cubecl names each kernel after its type and a hash of its
 /// comptime configuration (the `dv` and `dk` launches of `tiled-split` differ), while the text
