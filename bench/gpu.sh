@@ -31,8 +31,8 @@
 # Order (2026-12-05), each step under its own limit so that one slow step cannot take the rest. Part 1: the
 # training step cold (TRAIN_S, 150 s: the first GPU run's `lab bench train-step` printed nothing within 60 s) and
 # warm (TRAIN_WARM_S, 60 s: the kernel cache filled by the cold one), PyTorch's step (TORCH_STEP_S, 60 s), the
-# warm step with each step setting undone (FUSION_AB_S, 30 s each: three), the block-width sweep's runs/hour (SWEEP_S), then the lab's attention op with --strategy tiled-split, tiled-staged,
-# cmma and cmma-wide. Part 2: the new layouts' selfcheck (NEW_CHECK_S), the default layout (tiled) and PyTorch SDPA, the full
+# block-width sweep's runs/hour (SWEEP_S), the lab's attention op with --strategy tiled-split, tiled-staged,
+# cmma and cmma-wide, then the warm step with each step setting undone (FUSION_AB_S, 20 s each: three). Part 2: the new layouts' selfcheck (NEW_CHECK_S), the default layout (tiled) and PyTorch SDPA, the full
 # selfcheck (114 s on the H200 for the 608 checks of 2026-12-04; SELFCHECK=0 skips both selfchecks),
 # indirect-indexing, the CPU sweep, and last FlexAttention (measured on the first run; compiles one kernel per
 # encoding, dtype and length: FLEX_SEQS 4096 and FLEX_DTYPES bf16 by default, FLEX_S 100 s). Every section is
@@ -41,7 +41,7 @@
 #
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
 # TRAIN_S, TRAIN_STEPS (10), TRAIN_WARM_S (60: the step again with the kernel cache warm), PROFILE_STEPS (10: steps
-# after the warm run's and PyTorch's timed ones with every kernel launch counted and timed), FUSION_AB_S (30: the
+# after the warm run's and PyTorch's timed ones with every kernel launch counted and timed), FUSION_AB_S (20: the
 # warm step with LAB_FUSION_ATTENTION=eager, with LAB_FUSION_MAX_BLOCKS=5, with LAB_STEP_READS=each; 0 skips them), LAB_KERNEL_CACHE and
 # KEEP_KERNEL_CACHE (the cache's folder, emptied at the start unless KEEP_KERNEL_CACHE=1), FLEX_SEQS, FLEX_DTYPES, FLEX_S, SELFCHECK (1), SDPA_S (60), ATTN_S (90),
 # PART (1, 2 or all), NEW_CHECK_S (150) and NEW_LAYOUTS (cmma,cmma-wide,tiled-staged,tiled-split), SELFCHECK_S (150), TORCH_STEP_S (60),
@@ -181,21 +181,6 @@ if [[ -s "$shape_json" ]]; then
 else
     echo "no lab figure: PyTorch's step is not timed either (it needs the lab's model shape)"
 fi
-# The step settings of 2026-12-05 (docs/performance.md, "One fusion block per stretch, and the attention in the
-# stream", and "One read per step"), each undone once on the warm step: the attention draining burn's fusion stream
-# at each call (LAB_FUSION_ATTENTION=eager), burn's own search width (LAB_FUSION_MAX_BLOCKS=5), and the step that
-# waits for the device three times (LAB_STEP_READS=each). FUSION_AB_S each; 0 skips them.
-if [[ $BACKEND != cpu && ${FUSION_AB_S:-30} -gt 0 ]]; then
-    for ab in "LAB_FUSION_ATTENTION=eager eager" "LAB_FUSION_MAX_BLOCKS=5 blocks5" "LAB_STEP_READS=each reads-each"; do
-        set -- $ab
-        section "the warm training step with $1 (at most ${FUSION_AB_S:-30} s)"
-        env "$1" timeout "${FUSION_AB_S:-30}" "$LAB" bench train-step --preset "${PRESET:-quick}" --backend "$BACKEND" \
-            --attention fused --warmup 2 --steps "$TRAIN_STEPS" "${profile_args[@]}" \
-            > "$OUT/train-step-lab-$2.json" 2> "$OUT/train-step-lab-$2.log" \
-            || echo "lab train-step ($1) stopped (exit $?)"
-        cat "$OUT/train-step-lab-$2.json"
-    done
-fi
 # Many small runs on one GPU: the default block-width sweep with SWEEP_JOBS run processes sharing the device, for
 # runs/hour against the CPU's (the 2-core VM: 34 runs in 3.7 min, docs/performance.md). Finished runs are counted from the log.
 section "block-width --preset quick on $BACKEND, ${SWEEP_JOBS:-4} runs at once, at most ${SWEEP_S:-45} s"
@@ -224,6 +209,22 @@ if [[ $CARGO_ROUTE == 0 ]]; then
     section "the same op with --strategy cmma-wide ($CMMA_ENCODINGS; at most $CMMA_S s)"
     timeout "$CMMA_S" "$LAB" bench attention --backend "$BACKEND" --encodings "$CMMA_ENCODINGS" --strategy cmma-wide \
         "${shape[@]}" > "$OUT/cube-cmma-wide.jsonl" || echo "lab bench attention --strategy cmma-wide stopped (exit $?)"
+fi
+# Last in part 1 (diagnostics: a part-1 call cut by its limit loses these, not the attention timings above): the
+# step settings of 2026-12-05 (docs/performance.md, "One fusion block per stretch, and the attention in the
+# stream", and "One read per step"), each undone once on the warm step: the attention draining burn's fusion stream
+# at each call (LAB_FUSION_ATTENTION=eager), burn's own search width (LAB_FUSION_MAX_BLOCKS=5), and the step that
+# waits for the device three times (LAB_STEP_READS=each). FUSION_AB_S each; 0 skips them.
+if [[ $BACKEND != cpu && ${FUSION_AB_S:-20} -gt 0 ]]; then
+    for ab in "LAB_FUSION_ATTENTION=eager eager" "LAB_FUSION_MAX_BLOCKS=5 blocks5" "LAB_STEP_READS=each reads-each"; do
+        set -- $ab
+        section "the warm training step with $1 (at most ${FUSION_AB_S:-20} s)"
+        env "$1" timeout "${FUSION_AB_S:-20}" "$LAB" bench train-step --preset "${PRESET:-quick}" --backend "$BACKEND" \
+            --attention fused --warmup 2 --steps "$TRAIN_STEPS" "${profile_args[@]}" \
+            > "$OUT/train-step-lab-$2.json" 2> "$OUT/train-step-lab-$2.log" \
+            || echo "lab train-step ($1) stopped (exit $?)"
+        cat "$OUT/train-step-lab-$2.json"
+    done
 fi
 fi  # part 1
 
