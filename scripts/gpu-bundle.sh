@@ -86,7 +86,10 @@ stripped=$(stat -c %s "$OUT/lab")
 need_glibc=$(objdump -T "$OUT/lab" | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -1)
 need_glibcxx=$(objdump -T "$OUT/lab" | grep -o 'GLIBCXX_[0-9.]*' | sort -Vu | tail -1 || true)
 rm -rf "$OUT/lib"
-if ldd "$OUT/lab" | grep -q 'libstdc++'; then
+# Not `ldd | grep -q`: under pipefail, grep's early exit can end ldd with SIGPIPE and the test with it (a bundle
+# of 2026-12-05 shipped no lib/ that way).
+deps=$(ldd "$OUT/lab")
+if grep -q 'libstdc++' <<< "$deps"; then
     mkdir -p "$OUT/lib"
     cp -L "$(g++ -print-file-name=libstdc++.so.6)" "$OUT/lib/libstdc++.so.6"
 fi
