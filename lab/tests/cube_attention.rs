@@ -719,6 +719,24 @@ fn step_reads_once_or_each() {
     );
 }
 
+/// 30 tensors of 1 to 291 elements (more than one `sq_sum_partials` launch takes), element `i` of
+/// tensor `k` being `((i + 3k) mod 11)·scale − offset`, and their sum of squares in f64.
+fn thirty_tensors(scale: f32, offset: f32) -> (Vec<Vec<f32>>, f64) {
+    let ts: Vec<Vec<f32>> = (0..30)
+        .map(|k| {
+            (0..1 + k * 10)
+                .map(|i| ((i + 3 * k) % 11) as f32 * scale - offset)
+                .collect()
+        })
+        .collect();
+    let sq = ts
+        .iter()
+        .flatten()
+        .map(|&x| f64::from(x) * f64::from(x))
+        .sum();
+    (ts, sq)
+}
+
 /// The gradient norm's sum of squares on the device (`cube::sum_of_squares`) against a direct
 /// f64 sum: tensors shorter than, equal to and longer than a unit's 256 elements, a partial last
 /// stride, a matrix; and the same bits twice; no tensors give 0; 30 tensors (two launches); a view
@@ -758,18 +776,7 @@ fn sum_of_squares_matches_a_direct_sum() {
     assert_eq!(got.to_bits(), run().to_bits());
     assert_eq!(cube::sum_of_squares(Vec::new()), 0.0);
     // More tensors than one launch takes (24): 30 tensors of 1 to 291 elements, in two launches.
-    let many: Vec<Vec<f32>> = (0..30)
-        .map(|k| {
-            (0..1 + k * 10)
-                .map(|i| ((i + 3 * k) % 11) as f32 - 5.0)
-                .collect()
-        })
-        .collect();
-    let want: f64 = many
-        .iter()
-        .flatten()
-        .map(|&x| f64::from(x) * f64::from(x))
-        .sum();
+    let (many, want) = thirty_tensors(1.0, 5.0);
     let got = cube::sum_of_squares(
         many.iter()
             .map(|v| host_to_cube(v, [v.len()], &d))
@@ -826,18 +833,7 @@ fn gradient_norm_kernel_compiles_for_sm90() {
 #[test]
 fn step_stats_match_a_direct_computation() {
     let d = wgpu();
-    let grads: Vec<Vec<f32>> = (0..30)
-        .map(|k| {
-            (0..1 + k * 10)
-                .map(|i| ((i + 3 * k) % 11) as f32 * 0.5 - 2.5)
-                .collect()
-        })
-        .collect();
-    let want: f64 = grads
-        .iter()
-        .flatten()
-        .map(|&x| f64::from(x) * f64::from(x))
-        .sum();
+    let (grads, want) = thirty_tensors(0.5, 2.5);
     let upload = |v: &[f32]| host_to_cube(v, [v.len()], &d);
     for max_norm in [0.5f32, 0.0, 1e9] {
         let s = cube::step_stats(

@@ -306,7 +306,10 @@ pub fn attention_sources(
 ///
 /// # Errors
 /// A kernel that fails to expand or compile: one line naming it.
-pub fn training_sources(device: &burn::tensor::Device, sm: u32) -> Result<Vec<KernelSource>, String> {
+pub fn training_sources(
+    device: &burn::tensor::Device,
+    sm: u32,
+) -> Result<Vec<KernelSource>, String> {
     use super::cube;
     let grad = cube::host_to_cube(&[0.0f32; 300], [300], device);
     let [loss, correct] = [(); 2].map(|_| cube::host_to_cube(&[0.0f32], [1], device));
