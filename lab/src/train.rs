@@ -81,12 +81,12 @@ impl AdamW {
             GradScale::Host(s) => Scale::Host(s),
             // Reshaped to every rank once, before the updates: a reshape inside the stretch of
             // element-wise updates would end burn's fused blocks there.
-            GradScale::Device(s) => Scale::Device(std::array::from_fn(|r| match r {
+            GradScale::Device(s) => Scale::Device(Box::new(std::array::from_fn(|r| match r {
                 0 => s.clone().into_dispatch(),
                 1 => s.clone().reshape([1; 2]).into_dispatch(),
                 2 => s.clone().reshape([1; 3]).into_dispatch(),
                 _ => s.clone().reshape([1; 4]).into_dispatch(),
-            })),
+            }))),
         };
         let mut mapper = AdamWMapper {
             opt: self,
@@ -99,6 +99,8 @@ impl AdamW {
 }
 
 /// What every gradient is multiplied by before an AdamW update (the global-norm clip factor).
+// One value per step, moved once: a tensor handle's size does not matter here.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum GradScale {
     /// A factor known on the host.
@@ -118,7 +120,7 @@ impl From<f64> for GradScale {
 /// (the lab's parameters have rank 1 or 2).
 enum Scale {
     Host(f64),
-    Device([burn::backend::tensor::FloatTensor<burn::backend::Dispatch>; 4]),
+    Device(Box<[burn::backend::tensor::FloatTensor<burn::backend::Dispatch>; 4]>),
 }
 
 struct AdamWMapper<'a> {
