@@ -2850,8 +2850,9 @@ pub fn tensor_to_cube<const D: usize>(t: burn::tensor::Tensor<D>) -> CubeTensor 
 /// waiting for them. Without burn's fusion, kernels launch as each operation is called and this
 /// does nothing. The lab's training step on CubeCL devices calls it after the loss and after the
 /// gradients' statistics ([`crate::train`]'s `cube_step`) so the device works on one part of the
-/// step while the host records the next: on lavapipe the tiny model's step fell from 36–44 to
-/// 24–30 ms with the read-once step (docs/performance.md, "One read per step").
+/// step while the host records the next. On lavapipe, three rounds each, the tiny model's step
+/// went from 32–41 to 24–32 ms with the read-once step, and the device-bound quick model's rose
+/// 8 % (lavapipe shares the host's two cores; docs/performance.md, "One read per step").
 ///
 /// # Panics
 /// If `t` is not on a CubeCL device.
