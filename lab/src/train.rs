@@ -51,6 +51,8 @@ pub struct AdamW {
     /// backends (a reshape ends a fused block: 28 launches fewer per quick-model step on
     /// lavapipe; docs/performance.md, "Launches per training step").
     moments: HashMap<ParamId, Box<dyn std::any::Any>>,
+    /// How the update runs on a CubeCL device; `None`: the process's [`adamw_kernel`].
+    kernel: Option<AdamWKernel>,
 }
 
 impl AdamW {
@@ -63,7 +65,20 @@ impl AdamW {
             weight_decay,
             step: 0,
             moments: HashMap::new(),
+            kernel: None,
         }
+    }
+
+    /// This optimiser with its update on CubeCL devices fixed to `kernel`, whatever `LAB_ADAMW`
+    /// says (to compare the two in one process).
+    pub fn with_kernel(mut self, kernel: AdamWKernel) -> Self {
+        self.kernel = Some(kernel);
+        self
+    }
+
+    /// How this optimiser updates on a CubeCL device.
+    pub fn kernel(&self) -> AdamWKernel {
+        self.kernel.unwrap_or_else(adamw_kernel)
     }
 
     /// One update of every parameter of `model` that has a gradient in `grads`, at learning rate
@@ -79,6 +94,9 @@ impl AdamW {
         self.step += 1;
         let grad_scale = match grad_scale.into() {
             GradScale::Host(s) => Scale::Host(s),
+            // The fused update takes the `[1]` factor as it is.
+            #[cfg(any(feature = "wgpu", feature = "cuda"))]
+            GradScale::Device(s) if self.kernel() == AdamWKernel::Fused => Scale::Flat(s),
             // Reshaped to every rank once, before the updates: a reshape inside the stretch of
             // element-wise updates would end burn's fused blocks there.
             GradScale::Device(s) => Scale::Device(Box::new(std::array::from_fn(|r| match r {
@@ -121,6 +139,9 @@ impl From<f64> for GradScale {
 enum Scale {
     Host(f64),
     Device(Box<[burn::backend::tensor::FloatTensor<burn::backend::Dispatch>; 4]>),
+    /// The `[1]` device factor for the fused update ([`AdamWKernel::Fused`]).
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    Flat(Tensor<1>),
 }
 
 struct AdamWMapper<'a> {
@@ -138,14 +159,26 @@ impl ModuleMapper for AdamWMapper<'_> {
         };
         let opt = &mut *self.opt;
         let x = tensor.inner();
-        let g = match &self.grad_scale {
-            Scale::Host(scale) => grad * *scale,
-            Scale::Device(by_rank) => grad * Tensor::<D>::from_dispatch(by_rank[D - 1].clone()),
-        };
         let moments = opt.moments.remove(&id).map(|b| {
             *b.downcast::<(Tensor<D>, Tensor<D>)>()
                 .expect("a parameter keeps its rank")
         });
+        let decay = if D >= 2 { opt.weight_decay } else { 0.0 };
+        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        if opt.kernel() == AdamWKernel::Fused && !crate::kernels::is_flex(&x.device()) {
+            let hyper = crate::kernels::cube::AdamWHyper::new(
+                opt.beta1, opt.beta2, opt.eps, opt.step, self.lr, decay,
+            );
+            let (x, m, v) = cube_adamw(x, grad, moments, &self.grad_scale, &hyper);
+            opt.moments.insert(id, Box::new((m, v)));
+            return Param::from_mapped_value(id, Tensor::from_inner(x).require_grad(), mapper);
+        }
+        let g = match &self.grad_scale {
+            Scale::Host(scale) => grad * *scale,
+            Scale::Device(by_rank) => grad * Tensor::<D>::from_dispatch(by_rank[D - 1].clone()),
+            #[cfg(any(feature = "wgpu", feature = "cuda"))]
+            Scale::Flat(s) => grad * s.clone().reshape([1; D]),
+        };
         let (m, v) = match moments {
             Some((m, v)) => (
                 m * opt.beta1 + g.clone() * (1.0 - opt.beta1),
@@ -159,11 +192,98 @@ impl ModuleMapper for AdamWMapper<'_> {
         let bias1 = 1.0 - opt.beta1.powi(opt.step);
         let bias2 = 1.0 - opt.beta2.powi(opt.step);
         let update = (m.clone() / bias1) / ((v.clone() / bias2).sqrt() + opt.eps);
-        let decay = if D >= 2 { opt.weight_decay } else { 0.0 };
         let x = x * (1.0 - self.lr * decay) - update * self.lr;
         opt.moments.insert(id, Box::new((m, v)));
         Param::from_mapped_value(id, Tensor::from_inner(x).require_grad(), mapper)
     }
+}
+
+/// One AdamW update on a CubeCL device by the fused kernel ([`crate::kernels::cube::adamw_update`]):
+/// `(x', m', v')` from the parameter `x`, its gradient, its moments (`None` on the first step) and
+/// the gradients' scale.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn cube_adamw<const D: usize>(
+    x: Tensor<D>,
+    grad: Tensor<D>,
+    moments: Option<(Tensor<D>, Tensor<D>)>,
+    scale: &Scale,
+    hyper: &crate::kernels::cube::AdamWHyper,
+) -> (Tensor<D>, Tensor<D>, Tensor<D>) {
+    use crate::kernels::cube::{CubePrimitives, UpdateScale};
+    type C = burn::backend::Cube;
+    fn prim<const R: usize>(t: Tensor<R>) -> burn::backend::tensor::FloatTensor<C> {
+        t.try_into_primitive::<C>()
+            .expect("a wgpu or cuda tensor is a Cube primitive")
+    }
+    let scale = match scale {
+        Scale::Host(s) => UpdateScale::Host(*s as f32),
+        Scale::Flat(s) => UpdateScale::Device(prim(s.clone())),
+        Scale::Device(by_rank) => {
+            UpdateScale::Device(prim(Tensor::<1>::from_dispatch(by_rank[0].clone())))
+        }
+    };
+    let [x, m, v] = <C as CubePrimitives>::adamw_update(
+        prim(x),
+        prim(grad),
+        moments.map(|(m, v)| (prim(m), prim(v))),
+        scale,
+        hyper,
+    )
+    .map(Tensor::<D>::from_primitive::<C>);
+    (x, m, v)
+}
+
+/// How AdamW updates the parameters on a CubeCL device (`wgpu`, `cuda`; `LAB_ADAMW`; flex always
+/// uses the tensor operations).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdamWKernel {
+    /// One `adamw_update` kernel per parameter ([`crate::kernels::cube::adamw_update`]; the
+    /// default).
+    Fused,
+    /// Burn's tensor operations, sixteen per parameter, fused as burn's fusion finds (the lab's
+    /// update until 2026-12-06; kept to compare on a GPU).
+    Ops,
+}
+
+impl AdamWKernel {
+    /// Parse the value of `LAB_ADAMW` (`None` when unset: `Fused`).
+    ///
+    /// # Errors
+    /// Anything but `fused` or `ops`: one line naming the variable and the values allowed.
+    pub fn parse(value: Option<&str>) -> Result<Self, String> {
+        match value.map(str::trim) {
+            None | Some("") | Some("fused") => Ok(AdamWKernel::Fused),
+            Some("ops") => Ok(AdamWKernel::Ops),
+            Some(other) => Err(format!(
+                "LAB_ADAMW = `{other}`: allowed values are fused (the default) or ops"
+            )),
+        }
+    }
+
+    /// `fused` or `ops`, as `LAB_ADAMW` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AdamWKernel::Fused => "fused",
+            AdamWKernel::Ops => "ops",
+        }
+    }
+}
+
+static ADAMW_KERNEL: std::sync::OnceLock<AdamWKernel> = std::sync::OnceLock::new();
+
+/// Fix [`adamw_kernel`] from `LAB_ADAMW` ([`AdamWKernel::parse`]) for this process; later calls
+/// change nothing. `Backend::device` calls it for `wgpu` and `cuda`.
+///
+/// # Errors
+/// A value the parser refuses.
+pub fn configure_adamw() -> Result<AdamWKernel, String> {
+    let kernel = AdamWKernel::parse(std::env::var("LAB_ADAMW").ok().as_deref())?;
+    Ok(*ADAMW_KERNEL.get_or_init(|| kernel))
+}
+
+/// The [`AdamWKernel`] that [`configure_adamw`] fixed (`Fused` when it was never called).
+pub fn adamw_kernel() -> AdamWKernel {
+    *ADAMW_KERNEL.get().unwrap_or(&AdamWKernel::Fused)
 }
 
 /// Global L2 norm of every gradient in `grads` that belongs to `model`: on flex through burn's

@@ -577,6 +577,9 @@ fn training_step_launches_are_counted_and_timed() {
     // Read once at the step's end: the partials added and the clip factor made on the device.
     assert_eq!(j["step_reads"], "once");
     assert_eq!(per_step("StepStats"), 1.0);
+    // AdamW: one fused update per parameter.
+    assert_eq!(j["adamw"], "fused");
+    assert_eq!(per_step("AdamwUpdate"), 3.0 + 8.0 * layers);
     let launches = j["launches_per_step"].as_f64().unwrap();
     let summed: f64 = kinds.iter().map(|e| e["per_step"].as_f64().unwrap()).sum();
     assert!((launches - summed).abs() < 1e-9, "{launches} vs {summed}");
@@ -884,9 +887,10 @@ fn parameters<M: burn::module::Module>(m: &M) -> Vec<f32> {
 }
 
 /// The clip factor on the device: AdamW scaled by a `[1]` device tensor
-/// (`train::GradScale::Device`, reshaped to each parameter's rank) updates a rank-2 and a rank-1
-/// parameter exactly as with the same factor from the host, and differently from an unscaled
-/// step (ε = 1 makes the update depend on the gradient's scale, which plain Adam's does not).
+/// (`train::GradScale::Device`: read by the fused update, reshaped to each parameter's rank for
+/// the tensor ops) updates a rank-2 and a rank-1 parameter exactly as with the same factor from
+/// the host, and differently from an unscaled step (ε = 1 makes the update depend on the
+/// gradient's scale, which plain Adam's does not), with either update.
 #[test]
 fn device_clip_factor_updates_as_the_host_one() {
     use burn::module::{Module, Param};
@@ -900,26 +904,130 @@ fn device_clip_factor_updates_as_the_host_one() {
     }
     let d = wgpu();
     let ad = d.clone().autodiff();
-    let step = |scale: GradScale| {
-        let toy = Toy {
-            w: Param::from_data(TensorData::new(vec![1.0f32, -2.0], [1, 2]), &ad),
-            b: Param::from_data(TensorData::new(vec![0.5f32, -0.25], [2]), &ad),
+    for kernel in [lab::train::AdamWKernel::Fused, lab::train::AdamWKernel::Ops] {
+        let step = |scale: GradScale| {
+            let toy = Toy {
+                w: Param::from_data(TensorData::new(vec![1.0f32, -2.0], [1, 2]), &ad),
+                b: Param::from_data(TensorData::new(vec![0.5f32, -0.25], [2]), &ad),
+            };
+            let c = Tensor::<2>::from_data(TensorData::new(vec![3.0f32, 4.0], [1, 2]), &ad);
+            let loss = (toy.w.val() * c).sum() + toy.b.val().square().sum();
+            let grads = GradientsParams::from_grads(loss.backward(), &toy);
+            let mut opt = AdamW::new(0.9, 0.95, 1.0, 0.1).with_kernel(kernel);
+            parameters(&opt.step(toy, 0.01, grads, scale))
         };
-        let c = Tensor::<2>::from_data(TensorData::new(vec![3.0f32, 4.0], [1, 2]), &ad);
-        let loss = (toy.w.val() * c).sum() + toy.b.val().square().sum();
-        let grads = GradientsParams::from_grads(loss.backward(), &toy);
-        let mut opt = AdamW::new(0.9, 0.95, 1.0, 0.1);
-        parameters(&opt.step(toy, 0.01, grads, scale))
+        let host = step(GradScale::Host(0.3));
+        let device = step(GradScale::Device(Tensor::from_data(
+            TensorData::new(vec![0.3f32], [1]),
+            &d,
+        )));
+        let unscaled = step(GradScale::Host(1.0));
+        for ((h, g), u) in host.iter().zip(&device).zip(&unscaled) {
+            assert!((h - g).abs() <= 1e-7, "{host:?} vs {device:?}");
+            assert!((h - u).abs() > 1e-3, "{host:?} vs unscaled {unscaled:?}");
+        }
+    }
+}
+
+/// `LAB_ADAMW`: `ops` brings back burn's tensor operations for the update (no `AdamwUpdate`
+/// launch; the attention kernels and the gradient norm's the same); the JSON says which ran; a
+/// bad value is refused in one line.
+#[test]
+fn adamw_fused_or_ops() {
+    let per_step = |j: &serde_json::Value, k: &str| {
+        j["launch_kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["kernel"] == k)
+            .map_or(0.0, |e| e["per_step"].as_f64().unwrap())
     };
-    let host = step(GradScale::Host(0.3));
-    let device = step(GradScale::Device(Tensor::from_data(
-        TensorData::new(vec![0.3f32], [1]),
-        &d,
-    )));
-    let unscaled = step(GradScale::Host(1.0));
-    for ((h, g), u) in host.iter().zip(&device).zip(&unscaled) {
-        assert!((h - g).abs() <= 1e-7, "{host:?} vs {device:?}");
-        assert!((h - u).abs() > 1e-3, "{host:?} vs unscaled {unscaled:?}");
+    let ops = profiled_smoke_step(&[("LAB_ADAMW", "ops")]);
+    assert_eq!(ops["adamw"], "ops");
+    assert_eq!(per_step(&ops, "AdamwUpdate"), 0.0);
+    assert_eq!(per_step(&ops, "StepStats"), 1.0);
+    assert_eq!(
+        per_step(&ops, "AttnFwdTiled"),
+        ops["n_layers"].as_f64().unwrap()
+    );
+    let bad = smoke_step_command(&[("LAB_ADAMW", "foreach")])
+        .output()
+        .expect("lab runs");
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("LAB_ADAMW = `foreach`") && err.contains("fused (the default) or ops"),
+        "{err}"
+    );
+}
+
+/// The fused AdamW kernel against burn's tensor operations on the same device: three steps of a
+/// toy model with a decayed matrix and an undecayed vector (the first step without moments, then
+/// with), the gradients scaled by a host factor or by a device `[1]` tensor; every parameter
+/// within 1e-6 of the other path after each step, and the update itself non-trivial.
+#[test]
+fn fused_adamw_matches_the_tensor_ops() {
+    use burn::module::{Module, Param};
+    use burn::optim::GradientsParams;
+    use burn::tensor::{Tensor, TensorData};
+    use lab::train::{AdamW, AdamWKernel, GradScale};
+    #[derive(Module, Debug)]
+    struct Toy {
+        w: Param<Tensor<2>>,
+        b: Param<Tensor<1>>,
+    }
+    let d = wgpu();
+    let ad = d.clone().autodiff();
+    let run = |kernel: AdamWKernel, device_scale: bool| {
+        let mut toy = Toy {
+            w: Param::from_data(
+                TensorData::new(vec![1.0f32, -2.0, 0.5, 3.0, -0.75, 0.25], [2, 3]),
+                &ad,
+            ),
+            b: Param::from_data(TensorData::new(vec![0.5f32, -0.25, 1.5], [3]), &ad),
+        };
+        let mut opt = AdamW::new(0.9, 0.95, 1e-8, 0.1).with_kernel(kernel);
+        let c = Tensor::<2>::from_data(
+            TensorData::new(vec![3.0f32, 4.0, -1.0, 0.5, 2.0, -2.5], [2, 3]),
+            &ad,
+        );
+        let mut after = Vec::new();
+        for step in 0..3 {
+            let loss = (toy.w.val() * c.clone()).sum()
+                + (toy.w.val().square().sum_dim(0).squeeze_dim::<1>(0) * toy.b.val()).sum()
+                + toy.b.val().square().sum();
+            let grads = GradientsParams::from_grads(loss.backward(), &toy);
+            let s = 0.3 + 0.2 * step as f32;
+            let scale = if device_scale {
+                GradScale::Device(Tensor::from_data(TensorData::new(vec![s], [1]), &d))
+            } else {
+                GradScale::Host(s as f64)
+            };
+            toy = opt.step(toy, 0.01 * (step + 1) as f64, grads, scale);
+            after.push(parameters(&toy));
+        }
+        after
+    };
+    let start = [1.0f32, -2.0, 0.5, 3.0, -0.75, 0.25, 0.5, -0.25, 1.5];
+    for device_scale in [false, true] {
+        let fused = run(AdamWKernel::Fused, device_scale);
+        let ops = run(AdamWKernel::Ops, device_scale);
+        for (step, (f, o)) in fused.iter().zip(&ops).enumerate() {
+            for (i, (a, b)) in f.iter().zip(o).enumerate() {
+                assert!(
+                    (a - b).abs() <= 1e-6,
+                    "device scale {device_scale}, step {step}, parameter {i}: fused {a} vs ops {b}"
+                );
+            }
+        }
+        // Adam's first steps move each parameter by about the learning rate.
+        for (i, (a, s)) in fused[0].iter().zip(start).enumerate() {
+            assert!(
+                (a - s).abs() > 5e-3,
+                "parameter {i} did not move: {a} vs {s}"
+            );
+        }
     }
 }
 

@@ -890,6 +890,57 @@ mod kernels {
         }
     }
 
+    /// One AdamW update of one parameter tensor, element `i` per unit (PyTorch's
+    /// `torch.optim.AdamW`, Loshchilov & Hutter 2019, Alg. 2, in the f32 operations and order of
+    /// the lab's tensor-op update, [`crate::train::AdamW`]): `g = grad·s` (`s` = `scale[0]` when
+    /// `device_scale`, else `host_scale`), `m' = m·β₁ + g·(1−β₁)`, `v' = v·β₂ + g²·(1−β₂)` (on
+    /// the `first` step `m = v = 0`, not read), `x' = x·keep − lr·(m'/b₁)/(√(v'/b₂) + ε)` with
+    /// `keep = 1 − lr·λ` and the bias corrections `b₁ = 1−β₁ᵗ`, `b₂ = 1−β₂ᵗ`. `n` elements.
+    #[cube(launch, create_dummy_kernel)]
+    pub fn adamw_update(
+        x: &[f32],
+        grad: &[f32],
+        m: &[f32],
+        v: &[f32],
+        scale: &[f32],
+        x_out: &mut [f32],
+        m_out: &mut [f32],
+        v_out: &mut [f32],
+        n: u32,
+        host_scale: f32,
+        beta1: f32,
+        one_minus_beta1: f32,
+        beta2: f32,
+        one_minus_beta2: f32,
+        bias1: f32,
+        bias2: f32,
+        eps: f32,
+        keep: f32,
+        lr: f32,
+        #[comptime] first: bool,
+        #[comptime] device_scale: bool,
+    ) {
+        let i = ABSOLUTE_POS;
+        if i >= n as usize {
+            terminate!();
+        }
+        let mut s = host_scale;
+        if device_scale {
+            s = scale[0];
+        }
+        let g = grad[i] * s;
+        let mut mi = g * one_minus_beta1;
+        let mut vi = g * g * one_minus_beta2;
+        if !first {
+            mi = m[i] * beta1 + g * one_minus_beta1;
+            vi = v[i] * beta2 + g * g * one_minus_beta2;
+        }
+        let update = (mi / bias1) / (f32::sqrt(vi / bias2) + eps);
+        x_out[i] = x[i] * keep - update * lr;
+        m_out[i] = mi;
+        v_out[i] = vi;
+    }
+
     /// Backward for `dq` (or `dq̃`): one unit per query row, looping over keys `j ≤ i`.
     #[cube(launch, create_dummy_kernel)]
     pub fn attn_bwd_dq(
@@ -2833,6 +2884,141 @@ pub struct StepStats<T> {
     pub clip: T,
 }
 
+/// AdamW's scalars for one update ([`adamw_update`]), each computed in f64 on the host and rounded
+/// to f32, as burn rounds the scalar of a tensor-scalar operation (the lab's tensor-op update,
+/// [`crate::train::AdamW`], uses the same values).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWHyper {
+    /// β₁ and `1 − β₁`.
+    pub beta1: f32,
+    /// `1 − β₁`.
+    pub one_minus_beta1: f32,
+    /// β₂.
+    pub beta2: f32,
+    /// `1 − β₂`.
+    pub one_minus_beta2: f32,
+    /// Bias corrections `1 − β₁ᵗ` and `1 − β₂ᵗ` at the 1-based step `t`.
+    pub bias1: f32,
+    /// `1 − β₂ᵗ`.
+    pub bias2: f32,
+    /// ε, added outside the square root.
+    pub eps: f32,
+    /// `1 − lr·λ`: the decoupled weight decay's factor (1 for a tensor without decay).
+    pub keep: f32,
+    /// The learning rate.
+    pub lr: f32,
+}
+
+impl AdamWHyper {
+    /// The scalars of step `t` (1-based) at learning rate `lr` and weight decay `decay` (0 for a
+    /// tensor that is not decayed).
+    pub fn new(beta1: f64, beta2: f64, eps: f64, t: i32, lr: f64, decay: f64) -> Self {
+        Self {
+            beta1: beta1 as f32,
+            one_minus_beta1: (1.0 - beta1) as f32,
+            beta2: beta2 as f32,
+            one_minus_beta2: (1.0 - beta2) as f32,
+            bias1: (1.0 - beta1.powi(t)) as f32,
+            bias2: (1.0 - beta2.powi(t)) as f32,
+            eps: eps as f32,
+            keep: (1.0 - lr * decay) as f32,
+            lr: lr as f32,
+        }
+    }
+}
+
+/// What the gradient is multiplied by in [`adamw_update`] (the global-norm clip factor).
+#[derive(Clone, Debug)]
+pub enum UpdateScale<T> {
+    /// A factor known on the host.
+    Host(f32),
+    /// A `[1]` tensor on the device (the clip factor of [`step_stats`]).
+    Device(T),
+}
+
+/// One AdamW update of a parameter `x` (f32, any shape) from its gradient `grad` (same shape) and
+/// its moments `(m, v)` (same shape; `None` on the first step: zeros): `[x', m', v']`, new
+/// tensors of `x`'s shape. One launch of the `adamw_update` kernel, nothing read back; the
+/// element-wise operations of the tensor-op update in the same f32 order (PyTorch's AdamW,
+/// Loshchilov & Hutter 2019, Alg. 2; [`crate::train::AdamW`]). The lab's update on CubeCL
+/// devices: one operation per parameter where the tensor ops register sixteen in burn's fusion
+/// stream (`LAB_ADAMW`, [`crate::train::AdamWKernel`]).
+///
+/// # Panics
+/// On a non-f32 tensor or a shape different from `x`'s.
+pub fn adamw_update(
+    x: CubeTensor,
+    grad: CubeTensor,
+    moments: Option<(CubeTensor, CubeTensor)>,
+    scale: UpdateScale<CubeTensor>,
+    hyper: &AdamWHyper,
+) -> [CubeTensor; 3] {
+    let x = prepare(x, "parameter");
+    let grad = prepare(grad, "gradient");
+    let shape = x.shape().to_vec();
+    assert_eq!(
+        grad.shape().to_vec(),
+        shape,
+        "gradient: not the parameter's shape"
+    );
+    let first = moments.is_none();
+    // On the first step the kernel reads no moment; any buffer binds.
+    let (m, v) = match moments {
+        Some((m, v)) => {
+            let (m, v) = (prepare(m, "first moment"), prepare(v, "second moment"));
+            assert_eq!(
+                m.shape().to_vec(),
+                shape,
+                "first moment: not the parameter's shape"
+            );
+            assert_eq!(
+                v.shape().to_vec(),
+                shape,
+                "second moment: not the parameter's shape"
+            );
+            (m, v)
+        }
+        None => (grad.clone(), grad.clone()),
+    };
+    let (scale, host_scale, device_scale) = match scale {
+        UpdateScale::Host(s) => (grad.clone(), s, false),
+        UpdateScale::Device(s) => (prepare(s, "gradient scale"), 1.0, true),
+    };
+    let n = x.shape().num_elements();
+    let [x_out, m_out, v_out] = [(); 3].map(|_| empty_like(&x, shape.clone()));
+    let (count, dim) = launch_dims(&x, n);
+    let client = x.client.clone();
+    let h = hyper;
+    launch!(
+        adamw_update,
+        &client,
+        count,
+        dim,
+        arg(&x),
+        arg(&grad),
+        arg(&m),
+        arg(&v),
+        arg(&scale),
+        arg(&x_out),
+        arg(&m_out),
+        arg(&v_out),
+        n as u32,
+        host_scale,
+        h.beta1,
+        h.one_minus_beta1,
+        h.beta2,
+        h.one_minus_beta2,
+        h.bias1,
+        h.bias2,
+        h.eps,
+        h.keep,
+        h.lr,
+        first,
+        device_scale,
+    );
+    [x_out, m_out, v_out]
+}
+
 /// The device tensor behind a float tensor of a `wgpu` or `cuda` device (burn's `Cube` backend,
 /// fused or not; resolving a fused tensor runs what is pending on its stream).
 ///
@@ -3802,6 +3988,30 @@ pub trait CubePrimitives: burn::backend::Backend {
             clip: Self::from_cube(s.clip),
         }
     }
+
+    /// [`adamw_update`] on this backend's tensors: `[x', m', v']` from the parameter, its
+    /// gradient, its moments (`None` on the first step) and the gradients' scale. On `Fusion` one
+    /// lazy operation in the stream per parameter.
+    fn adamw_update(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        moments: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+        scale: UpdateScale<FloatTensor<Self>>,
+        hyper: &AdamWHyper,
+    ) -> [FloatTensor<Self>; 3] {
+        let scale = match scale {
+            UpdateScale::Host(s) => UpdateScale::Host(s),
+            UpdateScale::Device(s) => UpdateScale::Device(Self::to_cube(s)),
+        };
+        adamw_update(
+            Self::to_cube(x),
+            Self::to_cube(grad),
+            moments.map(|(m, v)| (Self::to_cube(m), Self::to_cube(v))),
+            scale,
+            hyper,
+        )
+        .map(Self::from_cube)
+    }
 }
 
 /// What [`CubePrimitives::attention_forward`] returns.
@@ -4174,6 +4384,41 @@ impl CubePrimitives for FusionCube {
         let clip = out.pop().expect("two outputs");
         let stats = out.pop().expect("two outputs");
         StepStats { stats, clip }
+    }
+
+    fn adamw_update(
+        x: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        moments: Option<(FloatTensor<Self>, FloatTensor<Self>)>,
+        scale: UpdateScale<FloatTensor<Self>>,
+        hyper: &AdamWHyper,
+    ) -> [FloatTensor<Self>; 3] {
+        let shape = x.shape.clone();
+        let first = moments.is_none();
+        let mut inputs = vec![x, grad];
+        if let Some((m, v)) = moments {
+            inputs.extend([m, v]);
+        }
+        let host_scale = match scale {
+            UpdateScale::Host(s) => Some(s),
+            UpdateScale::Device(s) => {
+                inputs.push(s);
+                None
+            }
+        };
+        for t in &inputs {
+            assert_eq!(t.dtype, DType::F32, "AdamW: the cube kernels take f32");
+        }
+        let hyper = *hyper;
+        let out = register_lazy("lab_adamw", inputs, vec![shape; 3], move |mut t| {
+            let scale = match host_scale {
+                Some(s) => UpdateScale::Host(s),
+                None => UpdateScale::Device(t.pop().expect("the scale")),
+            };
+            let moments = (!first).then(|| (t[2].clone(), t[3].clone()));
+            adamw_update(t[0].clone(), t[1].clone(), moments, scale, &hyper).to_vec()
+        });
+        out.try_into().expect("three outputs")
     }
 }
 

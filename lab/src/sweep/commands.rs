@@ -368,6 +368,7 @@ pub fn bench_train_step_json(
             None => serde_json::Value::Null,
         };
         json["step_reads"] = crate::train::step_reads().name().into();
+        json["adamw"] = crate::train::adamw_kernel().name().into();
     }
     if let Some(l) = &b.launches {
         let per = |n: f64| n / b.profile_steps as f64;

@@ -63,11 +63,13 @@ impl Backend {
     /// when the machine has no CUDA driver library to load, or (`wgpu`, `cuda`) when
     /// `LAB_KERNEL_CACHE` holds a value [`crate::kernels::kernel_cache::CacheSetting::parse`]
     /// refuses, or `LAB_FUSION_MAX_BLOCKS` one [`crate::kernels::fusion_config::parse_max_blocks`]
-    /// refuses, or `LAB_STEP_READS` one [`crate::train::StepReads::parse`] refuses. On `wgpu` and
+    /// refuses, or `LAB_STEP_READS` one [`crate::train::StepReads::parse`] refuses, or `LAB_ADAMW`
+    /// one [`crate::train::AdamWKernel::parse`] refuses. On `wgpu` and
     /// `cuda` it first installs CubeCL's configuration with the kernel cache
     /// ([`crate::kernels::kernel_cache::configure`]) and burn's with the fusion search's
     /// `max_blocks` ([`crate::kernels::fusion_config::configure`]), and fixes when a training
-    /// step reads back ([`crate::train::configure_step_reads`]).
+    /// step reads back ([`crate::train::configure_step_reads`]) and how AdamW updates
+    /// ([`crate::train::configure_adamw`]).
     pub fn device(self) -> Result<burn::tensor::Device, SweepError> {
         match self {
             Backend::Cpu => Ok(burn::tensor::Device::flex()),
@@ -76,6 +78,7 @@ impl Backend {
                 crate::kernels::kernel_cache::configure().map_err(SweepError::Backend)?;
                 crate::kernels::fusion_config::configure().map_err(SweepError::Backend)?;
                 crate::train::configure_step_reads().map_err(SweepError::Backend)?;
+                crate::train::configure_adamw().map_err(SweepError::Backend)?;
                 Ok(burn::tensor::Device::wgpu(
                     burn::tensor::DeviceKind::DefaultDevice,
                 ))
@@ -86,6 +89,7 @@ impl Backend {
                 crate::kernels::kernel_cache::configure().map_err(SweepError::Backend)?;
                 crate::kernels::fusion_config::configure().map_err(SweepError::Backend)?;
                 crate::train::configure_step_reads().map_err(SweepError::Backend)?;
+                crate::train::configure_adamw().map_err(SweepError::Backend)?;
                 Ok(burn::tensor::Device::cuda(0))
             }
             #[allow(unreachable_patterns)]
