@@ -826,6 +826,20 @@ fn gradient_norm_kernel_compiles_for_sm90() {
     let kernels = kernels.into_iter().map(|(n, _, k)| (n, k)).collect();
     let sources = cuda_source::compile(kernels, 90, "step statistics").unwrap();
     assert!(sources[1].source.contains("__global__"));
+    // Everything a step launches besides the attention (`lab bench cuda-source`, `make
+    // cuda-ptxas`): AdamW's update compiled twice, without moments (first step) and with them.
+    let sources = cuda_source::training_sources(&d, 90).unwrap();
+    let names: Vec<&str> = sources.iter().map(|k| &*k.kernel).collect();
+    assert_eq!(
+        names,
+        [
+            "sq_sum_partials",
+            "step_stats",
+            "adamw_update",
+            "adamw_update"
+        ]
+    );
+    assert_ne!(sources[2].entry, sources[3].entry);
 }
 
 /// A training step's statistics on the device (`cube::step_stats`) against a direct

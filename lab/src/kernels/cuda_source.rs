@@ -301,7 +301,8 @@ pub fn attention_sources(
 
 /// The CUDA C++ of the kernels a training step on a CubeCL device launches besides the
 /// attention's ([`super::cube::step_stats`]: the gradients' partial sums of squares,
-/// `sq_sum_partials`, and the one-cube `step_stats`), for compute capability `sm`; `uses` is
+/// `sq_sum_partials`, the one-cube `step_stats`, and AdamW's `adamw_update` with and without
+/// moments), for compute capability `sm`; `uses` is
 /// `train/step`. `device` is a `wgpu` device (buffers only; nothing is launched).
 ///
 /// # Errors
@@ -313,7 +314,18 @@ pub fn training_sources(
     use super::cube;
     let grad = cube::host_to_cube(&[0.0f32; 300], [300], device);
     let [loss, correct] = [(); 2].map(|_| cube::host_to_cube(&[0.0f32], [1], device));
-    let (_, kernels) = capture(sm, || cube::step_stats(vec![grad], loss, correct, 1.0));
+    let (_, mut kernels) = capture(sm, || {
+        cube::step_stats(vec![grad.clone()], loss.clone(), correct, 1.0)
+    });
+    // AdamW's update, first step (no moments) and later (with them), the clip factor on the device.
+    let hyper = cube::AdamWHyper::new(0.9, 0.95, 1e-8, 2, 1e-3, 0.1);
+    for moments in [None, Some((grad.clone(), grad.clone()))] {
+        let scale = cube::UpdateScale::Device(loss.clone());
+        let (_, more) = capture(sm, || {
+            cube::adamw_update(grad.clone(), grad.clone(), moments, scale, &hyper)
+        });
+        kernels.extend(more);
+    }
     let kernels = kernels.into_iter().map(|(n, _, k)| (n, k)).collect();
     compile(kernels, sm, "train/step")
 }
