@@ -20,7 +20,7 @@
 # PyTorch >= 2.5 (FlexAttention) for the baselines. Writes into $OUT (default results/bench/gpu):
 # gpu.txt, ldd.txt, selfcheck-new.txt, selfcheck.txt, cube.jsonl, cube-split.jsonl, cube-staged.jsonl, cube-cmma.jsonl, cube-cmma-wide.jsonl, cube-library.jsonl, torch.jsonl, ratios-sdpa.txt, ratios-flex.txt,
 # train-step-lab.json, train-step-lab.log, train-step-lab-warm.json, train-step-lab-warm.log, train-step-torch.jsonl,
-# train-step-lab-adamw-ops.json, train-step-lab-eager.json, train-step-lab-blocks5.json, train-step-lab-reads-each.json (+ .log), kernel-cache-size.txt, cubecl-compile.log, cubecl-autotune.log, indirect-full.log (+ indirect-full/).
+# train-step-lab-adamw-ops.json, train-step-lab-pointwise-ops.json, train-step-lab-eager.json, train-step-lab-blocks5.json, train-step-lab-reads-each.json (+ .log), kernel-cache-size.txt, cubecl-compile.log, cubecl-autotune.log, indirect-full.log (+ indirect-full/).
 #
 # Two parts (PART=1, PART=2; default all), so that a 15-minute device budget runs them as two calls: part 1 is what
 # no GPU has measured yet (the training step cold and warm, the GPU sweep's runs/hour, the timings of the layouts
@@ -32,7 +32,7 @@
 # training step cold (TRAIN_S, 150 s: the first GPU run's `lab bench train-step` printed nothing within 60 s) and
 # warm (TRAIN_WARM_S, 60 s: the kernel cache filled by the cold one), PyTorch's step (TORCH_STEP_S, 60 s), the
 # block-width sweep's runs/hour (SWEEP_S), the lab's attention op with --strategy tiled-split, tiled-staged,
-# cmma and cmma-wide, then the warm step with each step setting undone (FUSION_AB_S, 15 s each: four). Part 2: the new layouts' selfcheck (NEW_CHECK_S), the default layout (tiled) and PyTorch SDPA, the full
+# cmma and cmma-wide, then the warm step with each step setting undone (FUSION_AB_S, 15 s each: five). Part 2: the new layouts' selfcheck (NEW_CHECK_S), the default layout (tiled) and PyTorch SDPA, the full
 # selfcheck (114 s on the H200 for the 608 checks of 2026-12-04; SELFCHECK=0 skips both selfchecks),
 # indirect-indexing, the CPU sweep, and last FlexAttention (measured on the first run; compiles one kernel per
 # encoding, dtype and length: FLEX_SEQS 4096 and FLEX_DTYPES bf16 by default, FLEX_S 100 s). Every section is
@@ -42,8 +42,8 @@
 # Environment: SEQS (comma list), BATCH, HEADS, HEAD_DIM, ITERS, WARMUP, ENCODINGS, PYTHON, PRESET, OUT,
 # TRAIN_S, TRAIN_STEPS (10), TRAIN_WARM_S (60: the step again with the kernel cache warm), PROFILE_STEPS (10: steps
 # after the warm run's and PyTorch's timed ones with every kernel launch counted and timed), FUSION_AB_S (15: the
-# warm step with LAB_ADAMW=ops, with LAB_FUSION_ATTENTION=eager, with LAB_FUSION_MAX_BLOCKS=5, with
-# LAB_STEP_READS=each; 0 skips them), LAB_KERNEL_CACHE and
+# warm step with LAB_ADAMW=ops, with LAB_POINTWISE=ops, with LAB_FUSION_ATTENTION=eager, with
+# LAB_FUSION_MAX_BLOCKS=5, with LAB_STEP_READS=each; 0 skips them), LAB_KERNEL_CACHE and
 # KEEP_KERNEL_CACHE (the cache's folder, emptied at the start unless KEEP_KERNEL_CACHE=1), FLEX_SEQS, FLEX_DTYPES, FLEX_S, SELFCHECK (1), SDPA_S (60), ATTN_S (90),
 # PART (1, 2 or all), NEW_CHECK_S (150) and NEW_LAYOUTS (cmma,cmma-wide,tiled-staged,tiled-split), SELFCHECK_S (150), TORCH_STEP_S (60),
 # SPLIT_S (50) and SPLIT_ENCODINGS (nope,pope,tapa: the op again with --strategy tiled-split, into cube-split.jsonl),
@@ -213,13 +213,14 @@ if [[ $CARGO_ROUTE == 0 ]]; then
 fi
 # Last in part 1 (diagnostics: a part-1 call cut by its limit loses these, not the attention timings above): the
 # step settings of 2026-12-05 and -06 (docs/performance.md, "One fusion block per stretch, and the attention in the
-# stream", "One read per step" and "AdamW in one kernel per parameter"), each undone once on the warm step: AdamW
-# as burn's tensor operations (LAB_ADAMW=ops), the attention draining burn's fusion stream at each call
+# stream", "One read per step", "AdamW in one kernel per parameter" and "RMSNorm and GELU on CubeCL devices"), each
+# undone once on the warm step: AdamW as burn's tensor operations (LAB_ADAMW=ops), RMSNorm and GELU as burn's
+# tensor operations (LAB_POINTWISE=ops), the attention draining burn's fusion stream at each call
 # (LAB_FUSION_ATTENTION=eager), burn's own search width (LAB_FUSION_MAX_BLOCKS=5), and the step that waits for the
 # device three times (LAB_STEP_READS=each). FUSION_AB_S each; 0 skips them.
 if [[ $BACKEND != cpu && ${FUSION_AB_S:-15} -gt 0 ]]; then
-    for ab in "LAB_ADAMW=ops adamw-ops" "LAB_FUSION_ATTENTION=eager eager" "LAB_FUSION_MAX_BLOCKS=5 blocks5" \
-              "LAB_STEP_READS=each reads-each"; do
+    for ab in "LAB_ADAMW=ops adamw-ops" "LAB_POINTWISE=ops pointwise-ops" "LAB_FUSION_ATTENTION=eager eager" \
+              "LAB_FUSION_MAX_BLOCKS=5 blocks5" "LAB_STEP_READS=each reads-each"; do
         set -- $ab
         section "the warm training step with $1 (at most ${FUSION_AB_S:-15} s)"
         env "$1" timeout "${FUSION_AB_S:-15}" "$LAB" bench train-step --preset "${PRESET:-quick}" --backend "$BACKEND" \

@@ -890,6 +890,114 @@ mod kernels {
         }
     }
 
+    /// `erf(x)` by Abramowitz & Stegun 7.1.26 (absolute error ≤ 1.5e-7), from `e = exp(−x²)`:
+    /// the form of [`crate::kernels::pointwise::erf_approx`].
+    #[cube]
+    pub fn erf_as(x: f32, e: f32) -> f32 {
+        let ax = f32::abs(x);
+        let t = 1.0f32 / (1.0f32 + 0.327_591_1f32 * ax);
+        let poly = t
+            * (0.254_829_6f32
+                + t * (-0.284_496_74f32
+                    + t * (1.421_413_8f32 + t * (-1.453_152_1f32 + t * 1.061_405_4f32))));
+        let y = 1.0f32 - poly * e;
+        let mut out = y;
+        if x < 0.0f32 {
+            out = -y;
+        }
+        out
+    }
+
+    /// GELU, exact form (Hendrycks & Gimpel 2016): `y = x·Φ(x)`, `Φ(x) = ½(1 + erf(x/√2))`, element
+    /// `i` per unit, `n` elements.
+    #[cube(launch, create_dummy_kernel)]
+    pub fn gelu_fwd(x: &[f32], y: &mut [f32], n: u32) {
+        let i = ABSOLUTE_POS;
+        if i >= n as usize {
+            terminate!();
+        }
+        let v = x[i];
+        let z = v * 0.707_106_77f32;
+        y[i] = v * 0.5f32 * (1.0f32 + erf_as(z, f32::exp(-z * z)));
+    }
+
+    /// GELU's backward: `dx = dy·(Φ(x) + x·φ(x))`, `φ(x) = e^(−x²/2)/√(2π)`, element `i` per unit.
+    #[cube(launch, create_dummy_kernel)]
+    pub fn gelu_bwd(x: &[f32], dy: &[f32], dx: &mut [f32], n: u32) {
+        let i = ABSOLUTE_POS;
+        if i >= n as usize {
+            terminate!();
+        }
+        let v = x[i];
+        let z = v * 0.707_106_77f32;
+        let e = f32::exp(-z * z);
+        let cdf = 0.5f32 * (1.0f32 + erf_as(z, e));
+        dx[i] = dy[i] * (cdf + v * e * 0.398_942_3f32);
+    }
+
+    /// RMSNorm over rows of `d` (Zhang & Sennrich 2019, eq. 4), row `r` per unit: `inv[r] =
+    /// 1/√(mean(x²) + eps)`, `y = x·inv·gain`.
+    #[cube(launch, create_dummy_kernel)]
+    pub fn rms_norm_fwd(
+        x: &[f32],
+        gain: &[f32],
+        y: &mut [f32],
+        inv: &mut [f32],
+        rows: u32,
+        d: u32,
+        eps: f32,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let w = d as usize;
+        let base = r * w;
+        let mut ss = 0.0f32;
+        for c in 0..w {
+            let v = x[base + c];
+            ss += v * v;
+        }
+        let k = 1.0f32 / f32::sqrt(ss / f32::cast_from(d) + eps);
+        inv[r] = k;
+        for c in 0..w {
+            y[base + c] = x[base + c] * k * gain[c];
+        }
+    }
+
+    /// RMSNorm's backward, row `r` per unit: with `k = inv[r]` and `u = gain ⊙ dy`,
+    /// `dx = k·u − x·k³·(u·x)/d`, and `xk_dy = dy ⊙ x·k`, whose column sums are `dgain`.
+    #[cube(launch, create_dummy_kernel)]
+    pub fn rms_norm_bwd(
+        x: &[f32],
+        gain: &[f32],
+        inv: &[f32],
+        dy: &[f32],
+        dx: &mut [f32],
+        xk_dy: &mut [f32],
+        rows: u32,
+        d: u32,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let w = d as usize;
+        let base = r * w;
+        let k = inv[r];
+        let mut dot = 0.0f32;
+        for c in 0..w {
+            dot += gain[c] * dy[base + c] * x[base + c];
+        }
+        let t = k * k * k * dot / f32::cast_from(d);
+        for c in 0..w {
+            let xc = x[base + c];
+            let g = dy[base + c];
+            dx[base + c] = k * gain[c] * g - xc * t;
+            xk_dy[base + c] = g * xc * k;
+        }
+    }
+
     /// One AdamW update of one parameter tensor, element `i` per unit (PyTorch's
     /// `torch.optim.AdamW`, Loshchilov & Hutter 2019, Alg. 2, in the f32 operations and order of
     /// the lab's tensor-op update, [`crate::train::AdamW`]): `g = grad·s` (`s` = `scale[0]` when
@@ -3019,6 +3127,137 @@ pub fn adamw_update(
     [x_out, m_out, v_out]
 }
 
+/// GELU (exact form) of `x` (f32, any shape): one launch of `gelu_fwd`
+/// ([`crate::kernels::pointwise`]'s formula and `erf`).
+///
+/// # Panics
+/// On a non-f32 tensor.
+pub fn gelu_forward(x: CubeTensor) -> CubeTensor {
+    let x = prepare(x, "gelu input");
+    let n = x.shape().num_elements();
+    let y = empty_like(&x, x.shape().to_vec());
+    let (count, dim) = launch_dims(&x, n);
+    let client = x.client.clone();
+    launch!(gelu_fwd, &client, count, dim, arg(&x), arg(&y), n as u32);
+    y
+}
+
+/// GELU's input gradient from the input `x` and the output gradient `dy` (same shape): one launch
+/// of `gelu_bwd`.
+///
+/// # Panics
+/// On a non-f32 tensor or mismatched shapes.
+pub fn gelu_backward(x: CubeTensor, dy: CubeTensor) -> CubeTensor {
+    let (x, dy) = (
+        prepare(x, "gelu input"),
+        prepare(dy, "gelu output gradient"),
+    );
+    assert_eq!(
+        x.shape().to_vec(),
+        dy.shape().to_vec(),
+        "gelu: dy must have x's shape"
+    );
+    let n = x.shape().num_elements();
+    let dx = empty_like(&x, x.shape().to_vec());
+    let (count, dim) = launch_dims(&x, n);
+    let client = x.client.clone();
+    launch!(
+        gelu_bwd,
+        &client,
+        count,
+        dim,
+        arg(&x),
+        arg(&dy),
+        arg(&dx),
+        n as u32
+    );
+    dx
+}
+
+/// `(rows, d)` of a tensor normalised over its last axis, and its gain's length checked.
+fn rms_dims(x: &CubeTensor, gain: &CubeTensor) -> (usize, usize) {
+    let dims = x.shape().to_vec();
+    let d = *dims.last().expect("rms_norm: x has at least one axis");
+    assert_eq!(
+        gain.shape().num_elements(),
+        d,
+        "rms_norm: gain must have x's last dimension"
+    );
+    (x.shape().num_elements() / d.max(1), d)
+}
+
+/// RMSNorm of `x` `[…, d]` with `gain` `[d]` (ε = [`crate::kernels::pointwise::RMS_EPS`]):
+/// `(y, inv)`, `y` like `x`, `inv` `[rows]` the reciprocal RMS of each row (for the backward). One
+/// launch of `rms_norm_fwd`, a row per unit.
+///
+/// # Panics
+/// On a non-f32 tensor or a gain of the wrong length.
+pub fn rms_norm_forward(x: CubeTensor, gain: CubeTensor) -> (CubeTensor, CubeTensor) {
+    let (x, gain) = (prepare(x, "rms_norm input"), prepare(gain, "rms_norm gain"));
+    let (rows, d) = rms_dims(&x, &gain);
+    let y = empty_like(&x, x.shape().to_vec());
+    let inv = empty_like(&x, vec![rows]);
+    let (count, dim) = launch_dims(&x, rows);
+    let client = x.client.clone();
+    launch!(
+        rms_norm_fwd,
+        &client,
+        count,
+        dim,
+        arg(&x),
+        arg(&gain),
+        arg(&y),
+        arg(&inv),
+        rows as u32,
+        d as u32,
+        super::pointwise::RMS_EPS,
+    );
+    (y, inv)
+}
+
+/// RMSNorm's gradients `(dx, dgain)` from `x`, `gain`, the forward's `inv` and the output
+/// gradient `dy`: one launch of `rms_norm_bwd` (a row per unit: `dx` and `dy ⊙ x·inv`), then the
+/// column sums of the latter by burn's `sum_dim` (`dgain` `[d]`).
+///
+/// # Panics
+/// On a non-f32 tensor or mismatched shapes.
+pub fn rms_norm_backward(
+    x: CubeTensor,
+    gain: CubeTensor,
+    inv: CubeTensor,
+    dy: CubeTensor,
+) -> (CubeTensor, CubeTensor) {
+    let (x, gain) = (prepare(x, "rms_norm input"), prepare(gain, "rms_norm gain"));
+    let (inv, dy) = (prepare(inv, "rms_norm inv"), prepare(dy, "rms_norm dy"));
+    assert_eq!(
+        x.shape().to_vec(),
+        dy.shape().to_vec(),
+        "rms_norm: dy must have x's shape"
+    );
+    let (rows, d) = rms_dims(&x, &gain);
+    let dx = empty_like(&x, x.shape().to_vec());
+    let xk_dy = empty_like(&x, vec![rows, d]);
+    let (count, dim) = launch_dims(&x, rows);
+    let client = x.client.clone();
+    launch!(
+        rms_norm_bwd,
+        &client,
+        count,
+        dim,
+        arg(&x),
+        arg(&gain),
+        arg(&inv),
+        arg(&dy),
+        arg(&dx),
+        arg(&xk_dy),
+        rows as u32,
+        d as u32,
+    );
+    let dgain =
+        CubeBackend::float_reshape(CubeBackend::float_sum_dim(xk_dy, 0), gain.shape().clone());
+    (dx, dgain)
+}
+
 /// The device tensor behind a float tensor of a `wgpu` or `cuda` device (burn's `Cube` backend,
 /// fused or not; resolving a fused tensor runs what is pending on its stream).
 ///
@@ -3888,6 +4127,7 @@ use burn::backend::tensor::FloatTensor;
 
 use super::cpu::KernelEncoding;
 use super::fused::FusedAttentionBackend;
+use super::pointwise::FusedPointwiseBackend;
 
 impl CubeAttentionParams {
     /// The cube parameters of the CPU kernels' encoding; `delta` is PoPE's phase bias
@@ -4011,6 +4251,43 @@ pub trait CubePrimitives: burn::backend::Backend {
             hyper,
         )
         .map(Self::from_cube)
+    }
+
+    /// [`gelu_forward`] on this backend's tensors (on `Fusion` one lazy operation).
+    fn gelu_fwd(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::from_cube(gelu_forward(Self::to_cube(x)))
+    }
+
+    /// [`gelu_backward`] on this backend's tensors (on `Fusion` one lazy operation).
+    fn gelu_bwd(x: FloatTensor<Self>, dy: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::from_cube(gelu_backward(Self::to_cube(x), Self::to_cube(dy)))
+    }
+
+    /// [`rms_norm_forward`] on this backend's tensors: `(y, inv)` (on `Fusion` one lazy
+    /// operation).
+    fn rms_norm_fwd(
+        x: FloatTensor<Self>,
+        gain: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (y, inv) = rms_norm_forward(Self::to_cube(x), Self::to_cube(gain));
+        (Self::from_cube(y), Self::from_cube(inv))
+    }
+
+    /// [`rms_norm_backward`] on this backend's tensors: `(dx, dgain)` (on `Fusion` one lazy
+    /// operation).
+    fn rms_norm_bwd(
+        x: FloatTensor<Self>,
+        gain: FloatTensor<Self>,
+        inv: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (dx, dg) = rms_norm_backward(
+            Self::to_cube(x),
+            Self::to_cube(gain),
+            Self::to_cube(inv),
+            Self::to_cube(dy),
+        );
+        (Self::from_cube(dx), Self::from_cube(dg))
     }
 }
 
@@ -4420,6 +4697,63 @@ impl CubePrimitives for FusionCube {
         });
         out.try_into().expect("three outputs")
     }
+
+    fn gelu_fwd(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        let shape = x.shape.clone();
+        let mut out = register_lazy("lab_gelu", vec![x], vec![shape], |t| {
+            vec![gelu_forward(t[0].clone())]
+        });
+        out.pop().expect("one output")
+    }
+
+    fn gelu_bwd(x: FloatTensor<Self>, dy: FloatTensor<Self>) -> FloatTensor<Self> {
+        let shape = x.shape.clone();
+        let mut out = register_lazy("lab_gelu_backward", vec![x, dy], vec![shape], |t| {
+            vec![gelu_backward(t[0].clone(), t[1].clone())]
+        });
+        out.pop().expect("one output")
+    }
+
+    fn rms_norm_fwd(
+        x: FloatTensor<Self>,
+        gain: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let shape = x.shape.clone();
+        let d = *shape.last().expect("rms_norm: x has at least one axis");
+        let rows = shape.num_elements() / d.max(1);
+        let mut out = register_lazy(
+            "lab_rms_norm",
+            vec![x, gain],
+            vec![shape, Shape::from(vec![rows])],
+            |t| {
+                let (y, inv) = rms_norm_forward(t[0].clone(), t[1].clone());
+                vec![y, inv]
+            },
+        );
+        let inv = out.pop().expect("two outputs");
+        (out.pop().expect("two outputs"), inv)
+    }
+
+    fn rms_norm_bwd(
+        x: FloatTensor<Self>,
+        gain: FloatTensor<Self>,
+        inv: FloatTensor<Self>,
+        dy: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let shapes = vec![x.shape.clone(), gain.shape.clone()];
+        let mut out = register_lazy(
+            "lab_rms_norm_backward",
+            vec![x, gain, inv, dy],
+            shapes,
+            |t| {
+                let (dx, dg) =
+                    rms_norm_backward(t[0].clone(), t[1].clone(), t[2].clone(), t[3].clone());
+                vec![dx, dg]
+            },
+        );
+        let dg = out.pop().expect("two outputs");
+        (out.pop().expect("two outputs"), dg)
+    }
 }
 
 macro_rules! impl_plain_extension {
@@ -4541,3 +4875,107 @@ macro_rules! impl_autodiff_extension {
 impl_autodiff_extension!(CubeBackend);
 #[cfg(feature = "fusion")]
 impl_autodiff_extension!(FusionCube);
+
+/// The registered backward of the cube GELU on backend `B`; its state is the input.
+struct CubeGeluBackward<B>(core::marker::PhantomData<B>);
+
+impl<B> core::fmt::Debug for CubeGeluBackward<B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("CubeGeluBackward")
+    }
+}
+
+impl<B: CubePrimitives> Backward<B, 1> for CubeGeluBackward<B> {
+    type State = FloatTensor<B>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
+        let dy = grads.consume::<B>(&ops.node);
+        if let Some(node) = node {
+            grads.register::<B>(node.id, B::gelu_bwd(ops.state, dy));
+        }
+    }
+}
+
+/// The registered backward of the cube RMSNorm on backend `B`; its state is `(x, gain, inv)`.
+struct CubeRmsNormBackward<B>(core::marker::PhantomData<B>);
+
+impl<B> core::fmt::Debug for CubeRmsNormBackward<B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("CubeRmsNormBackward")
+    }
+}
+
+impl<B: CubePrimitives> Backward<B, 2> for CubeRmsNormBackward<B> {
+    type State = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_g] = ops.parents;
+        let dy = grads.consume::<B>(&ops.node);
+        let (x, gain, inv) = ops.state;
+        let (dx, dg) = B::rms_norm_bwd(x, gain, inv, dy);
+        if let Some(node) = node_x {
+            grads.register::<B>(node.id, dx);
+        }
+        if let Some(node) = node_g {
+            grads.register::<B>(node.id, dg);
+        }
+    }
+}
+
+macro_rules! impl_pointwise_extension {
+    ($backend:ty) => {
+        impl FusedPointwiseBackend for $backend {
+            fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+                <Self as CubePrimitives>::gelu_fwd(x)
+            }
+
+            fn fused_rms_norm(x: FloatTensor<Self>, gain: FloatTensor<Self>) -> FloatTensor<Self> {
+                <Self as CubePrimitives>::rms_norm_fwd(x, gain).0
+            }
+        }
+
+        impl<C: CheckpointStrategy> FusedPointwiseBackend for Autodiff<$backend, C> {
+            fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
+                type B = $backend;
+                match CubeGeluBackward::<B>(core::marker::PhantomData)
+                    .prepare::<C>([x.node()])
+                    .compute_bound()
+                    .stateful()
+                {
+                    OpsKind::Tracked(prep) => {
+                        let xp = x.primitive().clone();
+                        let y = <B as CubePrimitives>::gelu_fwd(xp.clone());
+                        prep.finish(xp, y)
+                    }
+                    OpsKind::UnTracked(prep) => {
+                        prep.finish(<B as CubePrimitives>::gelu_fwd(x.primitive().clone()))
+                    }
+                }
+            }
+
+            fn fused_rms_norm(x: FloatTensor<Self>, gain: FloatTensor<Self>) -> FloatTensor<Self> {
+                type B = $backend;
+                match CubeRmsNormBackward::<B>(core::marker::PhantomData)
+                    .prepare::<C>([x.node(), gain.node()])
+                    .compute_bound()
+                    .stateful()
+                {
+                    OpsKind::Tracked(prep) => {
+                        let (xp, gp) = (x.primitive().clone(), gain.primitive().clone());
+                        let (y, inv) = <B as CubePrimitives>::rms_norm_fwd(xp.clone(), gp.clone());
+                        prep.finish((xp, gp, inv), y)
+                    }
+                    OpsKind::UnTracked(prep) => {
+                        let (xp, gp) = (x.primitive().clone(), gain.primitive().clone());
+                        prep.finish(<B as CubePrimitives>::rms_norm_fwd(xp, gp).0)
+                    }
+                }
+            }
+        }
+    };
+}
+
+impl_pointwise_extension!(CubeBackend);
+#[cfg(feature = "fusion")]
+impl_pointwise_extension!(FusionCube);

@@ -301,8 +301,8 @@ pub fn attention_sources(
 
 /// The CUDA C++ of the kernels a training step on a CubeCL device launches besides the
 /// attention's ([`super::cube::step_stats`]: the gradients' partial sums of squares,
-/// `sq_sum_partials`, the one-cube `step_stats`, and AdamW's `adamw_update` with and without
-/// moments), for compute capability `sm`; `uses` is
+/// `sq_sum_partials`, the one-cube `step_stats`, AdamW's `adamw_update` with and without
+/// moments, RMSNorm's and GELU's forward and backward), for compute capability `sm`; `uses` is
 /// `train/step`. `device` is a `wgpu` device (buffers only; nothing is launched).
 ///
 /// # Errors
@@ -326,6 +326,16 @@ pub fn training_sources(
         });
         kernels.extend(more);
     }
+    // RMSNorm and GELU, forward and backward (rows of 30).
+    let x = cube::host_to_cube(&[0.0f32; 300], [10, 30], device);
+    let gain = cube::host_to_cube(&[1.0f32; 30], [30], device);
+    let (_, more) = capture(sm, || {
+        let (_, inv) = cube::rms_norm_forward(x.clone(), gain.clone());
+        cube::rms_norm_backward(x.clone(), gain.clone(), inv, x.clone());
+        cube::gelu_forward(x.clone());
+        cube::gelu_backward(x.clone(), x.clone());
+    });
+    kernels.extend(more);
     let kernels = kernels.into_iter().map(|(n, _, k)| (n, k)).collect();
     compile(kernels, sm, "train/step")
 }

@@ -157,9 +157,62 @@ fn set_strategy_in_build(name: &str) -> Result<(), String> {
     }
 }
 
+/// How the model's RMSNorm and GELU run on a CubeCL device (`wgpu`, `cuda`; `LAB_POINTWISE`): the
+/// lab's kernels ([`cube::rms_norm_forward`], [`cube::gelu_forward`] and their backwards, one
+/// operation each) or burn's tensor operations (about 21 per RMSNorm and 15 per GELU, forward and
+/// backward, which burn's fusion registers one by one). flex always uses [`pointwise`]'s kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PointwiseKernel {
+    /// The lab's kernels (the default).
+    Fused,
+    /// burn's tensor operations (the model's path on CubeCL devices until 2026-12-06).
+    Ops,
+}
+
+impl PointwiseKernel {
+    /// Parse the value of `LAB_POINTWISE` (`None` when unset: `Fused`).
+    ///
+    /// # Errors
+    /// Anything but `fused` or `ops`: one line naming the variable and the values allowed.
+    pub fn parse(value: Option<&str>) -> Result<Self, String> {
+        match value.map(str::trim) {
+            None | Some("") | Some("fused") => Ok(PointwiseKernel::Fused),
+            Some("ops") => Ok(PointwiseKernel::Ops),
+            Some(other) => Err(format!(
+                "LAB_POINTWISE = `{other}`: allowed values are fused (the default) or ops"
+            )),
+        }
+    }
+
+    /// `fused` or `ops`, as `LAB_POINTWISE` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PointwiseKernel::Fused => "fused",
+            PointwiseKernel::Ops => "ops",
+        }
+    }
+}
+
+static POINTWISE: std::sync::OnceLock<PointwiseKernel> = std::sync::OnceLock::new();
+
+/// Fix [`pointwise_kernel`] from `LAB_POINTWISE` ([`PointwiseKernel::parse`]) for this process;
+/// later calls change nothing. `Backend::device` calls it for `wgpu` and `cuda`.
+///
+/// # Errors
+/// A value the parser refuses.
+pub fn configure_pointwise() -> Result<PointwiseKernel, String> {
+    let kernel = PointwiseKernel::parse(std::env::var("LAB_POINTWISE").ok().as_deref())?;
+    Ok(*POINTWISE.get_or_init(|| kernel))
+}
+
+/// The [`PointwiseKernel`] that [`configure_pointwise`] fixed (`Fused` when it was never called).
+pub fn pointwise_kernel() -> PointwiseKernel {
+    *POINTWISE.get().unwrap_or(&PointwiseKernel::Fused)
+}
+
 /// Whether `device` (autodiff or not) is burn-flex, the CPU backend of the Rust kernels in
-/// [`cpu`] and [`pointwise`]. The attention extension also has CubeCL implementations (features
-/// `wgpu`, `cuda`); the fused RMSNorm/GELU exist for flex only.
+/// [`cpu`] and [`pointwise`]. The attention extension and the fused RMSNorm/GELU also have CubeCL
+/// implementations (features `wgpu`, `cuda`).
 pub fn is_flex(device: &burn::tensor::Device) -> bool {
     matches!(
         device.clone().inner().as_dispatch(),

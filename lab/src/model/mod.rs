@@ -355,10 +355,13 @@ impl AttentionKernel {
         }
     }
 
-    /// Whether RMSNorm and GELU run on the fused kernels of [`crate::kernels::pointwise`] on
-    /// `device`: the fused (or fast) kernel choice on a flex device.
+    /// Whether RMSNorm and GELU run on the lab's fused kernels on `device`: with the fused (or
+    /// fast) kernel choice, on flex ([`crate::kernels::pointwise`]) always, on a CubeCL device
+    /// unless `LAB_POINTWISE=ops` ([`crate::kernels::PointwiseKernel`]).
     pub fn fused_pointwise(self, device: &burn::tensor::Device) -> bool {
-        self != AttentionKernel::Reference && crate::kernels::is_flex(device)
+        self != AttentionKernel::Reference
+            && (crate::kernels::is_flex(device)
+                || crate::kernels::pointwise_kernel() == crate::kernels::PointwiseKernel::Fused)
     }
 }
 
@@ -584,8 +587,8 @@ impl Block {
         qk: Option<&mut Vec<LayerQk>>,
     ) -> Tensor<3> {
         let [b, l, d] = x.dims();
-        // The fused RMSNorm/GELU are Rust (flex) kernels; on CubeCL devices burn's fusion already
-        // fuses these element-wise chains, so the tensor-op versions are used there.
+        // The fused RMSNorm/GELU: Rust kernels on flex, CubeCL kernels on wgpu/cuda
+        // (`LAB_POINTWISE=ops` keeps burn's tensor operations there).
         let pointwise = self.kernel.fused_pointwise(&x.device());
         let norm = |x: Tensor<3>, gain: &Param<Tensor<1>>| {
             if pointwise {

@@ -369,6 +369,7 @@ pub fn bench_train_step_json(
         };
         json["step_reads"] = crate::train::step_reads().name().into();
         json["adamw"] = crate::train::adamw_kernel().name().into();
+        json["pointwise"] = crate::kernels::pointwise_kernel().name().into();
     }
     if let Some(l) = &b.launches {
         let per = |n: f64| n / b.profile_steps as f64;

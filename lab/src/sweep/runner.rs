@@ -64,12 +64,14 @@ impl Backend {
     /// `LAB_KERNEL_CACHE` holds a value [`crate::kernels::kernel_cache::CacheSetting::parse`]
     /// refuses, or `LAB_FUSION_MAX_BLOCKS` one [`crate::kernels::fusion_config::parse_max_blocks`]
     /// refuses, or `LAB_STEP_READS` one [`crate::train::StepReads::parse`] refuses, or `LAB_ADAMW`
-    /// one [`crate::train::AdamWKernel::parse`] refuses. On `wgpu` and
+    /// one [`crate::train::AdamWKernel::parse`] refuses, or `LAB_POINTWISE` one
+    /// [`crate::kernels::PointwiseKernel::parse`] refuses. On `wgpu` and
     /// `cuda` it first installs CubeCL's configuration with the kernel cache
     /// ([`crate::kernels::kernel_cache::configure`]) and burn's with the fusion search's
     /// `max_blocks` ([`crate::kernels::fusion_config::configure`]), and fixes when a training
-    /// step reads back ([`crate::train::configure_step_reads`]) and how AdamW updates
-    /// ([`crate::train::configure_adamw`]).
+    /// step reads back ([`crate::train::configure_step_reads`]), how AdamW updates
+    /// ([`crate::train::configure_adamw`]) and how RMSNorm and GELU run
+    /// ([`crate::kernels::configure_pointwise`]).
     pub fn device(self) -> Result<burn::tensor::Device, SweepError> {
         match self {
             Backend::Cpu => Ok(burn::tensor::Device::flex()),
@@ -79,6 +81,7 @@ impl Backend {
                 crate::kernels::fusion_config::configure().map_err(SweepError::Backend)?;
                 crate::train::configure_step_reads().map_err(SweepError::Backend)?;
                 crate::train::configure_adamw().map_err(SweepError::Backend)?;
+                crate::kernels::configure_pointwise().map_err(SweepError::Backend)?;
                 Ok(burn::tensor::Device::wgpu(
                     burn::tensor::DeviceKind::DefaultDevice,
                 ))
@@ -90,6 +93,7 @@ impl Backend {
                 crate::kernels::fusion_config::configure().map_err(SweepError::Backend)?;
                 crate::train::configure_step_reads().map_err(SweepError::Backend)?;
                 crate::train::configure_adamw().map_err(SweepError::Backend)?;
+                crate::kernels::configure_pointwise().map_err(SweepError::Backend)?;
                 Ok(burn::tensor::Device::cuda(0))
             }
             #[allow(unreachable_patterns)]
