@@ -83,7 +83,9 @@ impl AdamW {
 
     /// One update of every parameter of `model` that has a gradient in `grads`, at learning rate
     /// `lr`, after scaling every gradient by `grad_scale` (the global-norm clip factor: an `f64`
-    /// known on the host, or a [`GradScale::Device`] tensor).
+    /// known on the host, or a [`GradScale::Device`] tensor). On a CubeCL device each parameter's
+    /// update is one `adamw_update` kernel unless [`AdamW::kernel`] is [`AdamWKernel::Ops`]
+    /// (burn's tensor operations, as on flex).
     pub fn step<M: Module>(
         &mut self,
         model: M,
@@ -1478,6 +1480,25 @@ mod tests {
         assert_eq!(clip_factor(0.5, 1.0), 1.0);
         assert!((clip_factor(4.0, 1.0) - 1.0 / (4.0 + 1e-6)).abs() < 1e-15);
         assert_eq!(clip_factor(1e9, 0.0), 1.0);
+    }
+
+    /// `LAB_ADAMW`: unset or blank is `fused`; `fused` and `ops` by name; anything else refused
+    /// in one line naming the variable and the values.
+    #[test]
+    fn parse_lab_adamw() {
+        assert_eq!(AdamWKernel::parse(None), Ok(AdamWKernel::Fused));
+        assert_eq!(AdamWKernel::parse(Some(" ")), Ok(AdamWKernel::Fused));
+        assert_eq!(AdamWKernel::parse(Some("fused")), Ok(AdamWKernel::Fused));
+        assert_eq!(AdamWKernel::parse(Some("ops")), Ok(AdamWKernel::Ops));
+        assert_eq!(AdamWKernel::Ops.name(), "ops");
+        let err = AdamWKernel::parse(Some("foreach")).unwrap_err();
+        assert_eq!(
+            err,
+            "LAB_ADAMW = `foreach`: allowed values are fused (the default) or ops"
+        );
+        // A fixed kernel wins over the process's setting.
+        let opt = AdamW::new(0.9, 0.95, 1e-8, 0.0).with_kernel(AdamWKernel::Ops);
+        assert_eq!(opt.kernel(), AdamWKernel::Ops);
     }
 
     /// `LAB_STEP_READS`: unset or empty is `once`; `once` and `each` by name; anything else

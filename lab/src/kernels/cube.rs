@@ -2997,7 +2997,7 @@ pub struct StepStats<T> {
 /// [`crate::train::AdamW`], uses the same values).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AdamWHyper {
-    /// β₁ and `1 − β₁`.
+    /// β₁.
     pub beta1: f32,
     /// `1 − β₁`.
     pub one_minus_beta1: f32,
@@ -3005,9 +3005,9 @@ pub struct AdamWHyper {
     pub beta2: f32,
     /// `1 − β₂`.
     pub one_minus_beta2: f32,
-    /// Bias corrections `1 − β₁ᵗ` and `1 − β₂ᵗ` at the 1-based step `t`.
+    /// The first moment's bias correction `1 − β₁ᵗ` at the 1-based step `t`.
     pub bias1: f32,
-    /// `1 − β₂ᵗ`.
+    /// The second moment's bias correction `1 − β₂ᵗ`.
     pub bias2: f32,
     /// ε, added outside the square root.
     pub eps: f32,

@@ -224,6 +224,24 @@ pub fn is_flex(device: &burn::tensor::Device) -> bool {
 mod tests {
     use burn::tensor::Device;
 
+    /// `LAB_POINTWISE`: fused (also unset or blank) or ops; anything else refused in one line.
+    #[test]
+    fn parse_lab_pointwise() {
+        use super::PointwiseKernel;
+        assert_eq!(PointwiseKernel::parse(None), Ok(PointwiseKernel::Fused));
+        assert_eq!(PointwiseKernel::parse(Some("")), Ok(PointwiseKernel::Fused));
+        assert_eq!(
+            PointwiseKernel::parse(Some("ops")),
+            Ok(PointwiseKernel::Ops)
+        );
+        assert_eq!(PointwiseKernel::Fused.name(), "fused");
+        let err = PointwiseKernel::parse(Some("flex")).unwrap_err();
+        assert_eq!(
+            err,
+            "LAB_POINTWISE = `flex`: allowed values are fused (the default) or ops"
+        );
+    }
+
     /// Unknown layouts are refused by name; `tiled` (the default) is always accepted, and in a
     /// build without CubeCL nothing else is.
     #[test]
