@@ -19,6 +19,8 @@
 #
 # Usage: bash scripts/gpu-bundle.sh [--setup-only]     (or: make gpu-bundle)
 #   --setup-only   download and unpack the SDK, write the marker, check llvm-config; no cargo build.
+# GPU_FEATURES=cuda-plain builds the CUDA backend without burn's fusion (lab/Cargo.toml) into `.gpu-plain/`
+# instead (the same target dir: the crates the two share are built once); GPU_OUT names another folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +30,12 @@ CUDA_VERSION=13000                   # cudarc bindings: CUDA 13.0 (driver 580 on
 MAX_BUNDLE_MIB=60
 PYTHON=${PYTHON:-python3}
 SDK=$PWD/.gpu-sdk
-OUT=$PWD/.gpu
+FEATURES=${GPU_FEATURES:-cuda}
+case "$FEATURES" in
+    cuda) OUT=${GPU_OUT:-$PWD/.gpu} ;;
+    cuda-plain) OUT=${GPU_OUT:-$PWD/.gpu-plain} ;;
+    *) echo "error: GPU_FEATURES = \`$FEATURES\`: allowed values are cuda (the default) or cuda-plain" >&2; exit 2 ;;
+esac
 setup_only=0
 [[ "${1:-}" == "--setup-only" ]] && setup_only=1
 
@@ -67,13 +74,13 @@ if [[ " $targets " != *" NVPTX "* ]]; then
 fi
 [[ $setup_only == 1 ]] && { echo "setup done ($(( $(date +%s) - t0 )) s)"; exit 0; }
 
-echo "== cargo build --release -p lab --features cuda (CARGO_TARGET_DIR=$SDK/target)"
+echo "== cargo build --release -p lab --features $FEATURES (CARGO_TARGET_DIR=$SDK/target)"
 export CUDARC_CUDA_VERSION=$CUDA_VERSION
 export CARGO_TARGET_DIR=$SDK/target
 # build scripts do not re-run when XDG_DATA_HOME changes: a stale cubecl-llvm build from another setup
 # would be kept, so the target dir is this script's own.
 b0=$(date +%s)
-cargo build --release -p lab --features cuda
+cargo build --release -p lab --features "$FEATURES"
 build_s=$(( $(date +%s) - b0 ))
 
 echo "== packing $OUT"
@@ -100,7 +107,7 @@ rm -rf "$OUT/sweeps"; cp -r sweeps "$OUT/sweeps"
 git rev-parse HEAD > "$OUT/COMMIT" 2>/dev/null || true
 total=$(du -sb "$OUT" | cut -f1)
 {
-    echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(cat "$OUT/COMMIT" 2>/dev/null || echo '?')"
+    echo "built $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(cat "$OUT/COMMIT" 2>/dev/null || echo '?') with --features $FEATURES"
     echo "cargo build: ${build_s} s; whole script: $(( $(date +%s) - t0 )) s"
     echo "needs ${need_glibc:-?} and ${need_glibcxx:-no libstdc++}; shipped lib/: $(ls "$OUT/lib" 2>/dev/null | tr '\n' ' ')"
     echo "stripped binary: $(( stripped / 1048576 )) MiB; lab.xz: $(( $(stat -c %s "$OUT/lab.xz") / 1048576 )) MiB; bundle: $(( total / 1048576 )) MiB"

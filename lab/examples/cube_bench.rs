@@ -7,7 +7,7 @@
 //! `cargo run --release -p lab --features cuda --example cube_bench -- --device cuda`
 //! (or `--features wgpu … --device wgpu`). Used by `bench/gpu.sh`.
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 mod imp {
     use std::time::Instant;
 
@@ -67,7 +67,7 @@ mod imp {
 
     fn device(name: &str) -> CubeDevice {
         match name {
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "cuda-plain")]
             "cuda" => CubeDevice::Cuda(cubecl::device::CudaDevice::new(0)),
             #[cfg(feature = "wgpu")]
             "wgpu" => CubeDevice::Wgpu(cubecl::device::WgpuDevice::new(
@@ -177,12 +177,12 @@ mod imp {
     }
 }
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 fn main() {
     imp::main();
 }
 
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+#[cfg(not(any(feature = "wgpu", feature = "cuda-plain")))]
 fn main() {
     eprintln!("cube_bench needs the `cuda` or `wgpu` feature");
     std::process::exit(2);

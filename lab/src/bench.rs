@@ -213,7 +213,7 @@ pub fn bench_attention(
 /// # Errors
 /// As [`bench_attention`]; TAPA (no dot-product score); the library's refusal; a build without
 /// `wgpu`/`cuda`.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 pub fn bench_library_attention(
     device: &Device,
     backend: &str,
@@ -266,7 +266,7 @@ pub fn bench_library_attention(
 }
 
 /// Without `wgpu`/`cuda`: one line saying so.
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+#[cfg(not(any(feature = "wgpu", feature = "cuda-plain")))]
 pub fn bench_library_attention(
     _device: &Device,
     _backend: &str,

@@ -494,7 +494,7 @@ pub fn extension_checks(device: &Device) -> Vec<Check> {
 /// the tensor-core kernels do not take run the tiled ones, within [`ATTENTION_TOL`]): the CubeCL
 /// forward and backward called directly with each launch layout, on a `wgpu` or `cuda` `device`
 /// (plain), every case at every shape (module docs).
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 pub fn cube_kernel_checks(device: &Device) -> Vec<Check> {
     cube_kernel_checks_for(device, &KERNEL_LAYOUTS)
 }
@@ -513,7 +513,7 @@ pub const KERNEL_LAYOUTS: [&str; 7] = [
 
 /// [`cube_kernel_checks`] for the layouts named in `layouts` only (names of [`KERNEL_LAYOUTS`];
 /// others are ignored).
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 pub fn cube_kernel_checks_for(device: &Device, layouts: &[&str]) -> Vec<Check> {
     use crate::kernels::cube::{self, CubeAttentionParams, CubeStrategy};
 
@@ -778,7 +778,7 @@ pub fn run(
     if let Some(layouts) = layouts {
         // One layout at a time, each announced when done: a run cut off by a time limit (a short
         // device session) still says which layouts passed.
-        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
         for (i, layout) in layouts.iter().enumerate() {
             // A layout named twice is checked once.
             if layouts[..i].contains(layout) {
@@ -788,7 +788,7 @@ pub fn run(
             announce(&format!("kernel {layout}"), &group, t0);
             checks.extend(group);
         }
-        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        #[cfg(not(any(feature = "wgpu", feature = "cuda-plain")))]
         let _ = (&device, layouts);
         return Ok(SelfcheckReport {
             backend: backend.name().to_string(),
@@ -799,7 +799,7 @@ pub fn run(
     let group = extension_checks(&device);
     announce("extension", &group, t0);
     checks.extend(group);
-    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
     if backend != Backend::Cpu {
         for layout in KERNEL_LAYOUTS {
             let group = cube_kernel_checks_for(&device, &[layout]);

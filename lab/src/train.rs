@@ -97,7 +97,7 @@ impl AdamW {
         let grad_scale = match grad_scale.into() {
             GradScale::Host(s) => Scale::Host(s),
             // The fused update takes the `[1]` factor as it is.
-            #[cfg(any(feature = "wgpu", feature = "cuda"))]
+            #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
             GradScale::Device(s) if self.kernel() == AdamWKernel::Fused => Scale::Flat(s),
             // Reshaped to every rank once, before the updates: a reshape inside the stretch of
             // element-wise updates would end burn's fused blocks there.
@@ -142,7 +142,7 @@ enum Scale {
     Host(f64),
     Device(Box<[burn::backend::tensor::FloatTensor<burn::backend::Dispatch>; 4]>),
     /// The `[1]` device factor for the fused update ([`AdamWKernel::Fused`]).
-    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
     Flat(Tensor<1>),
 }
 
@@ -166,7 +166,7 @@ impl ModuleMapper for AdamWMapper<'_> {
                 .expect("a parameter keeps its rank")
         });
         let decay = if D >= 2 { opt.weight_decay } else { 0.0 };
-        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
         if opt.kernel() == AdamWKernel::Fused && !crate::kernels::is_flex(&x.device()) {
             let hyper = crate::kernels::cube::AdamWHyper::new(
                 opt.beta1, opt.beta2, opt.eps, opt.step, self.lr, decay,
@@ -178,7 +178,7 @@ impl ModuleMapper for AdamWMapper<'_> {
         let g = match &self.grad_scale {
             Scale::Host(scale) => grad * *scale,
             Scale::Device(by_rank) => grad * Tensor::<D>::from_dispatch(by_rank[D - 1].clone()),
-            #[cfg(any(feature = "wgpu", feature = "cuda"))]
+            #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
             Scale::Flat(s) => grad * s.clone().reshape([1; D]),
         };
         let (m, v) = match moments {
@@ -203,7 +203,7 @@ impl ModuleMapper for AdamWMapper<'_> {
 /// One AdamW update on a CubeCL device by the fused kernel ([`crate::kernels::cube::adamw_update`]):
 /// `(x', m', v')` from the parameter `x`, its gradient, its moments (`None` on the first step) and
 /// the gradients' scale.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 fn cube_adamw<const D: usize>(
     x: Tensor<D>,
     grad: Tensor<D>,
@@ -299,13 +299,13 @@ pub fn global_grad_norm<M: Module>(model: &M, grads: &GradientsParams) -> f64 {
         grads: &'a GradientsParams,
         total: Option<Tensor<1>>,
         /// On a CubeCL device: the gradients, for one partial-sum kernel each.
-        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
         cube: Vec<burn_cubecl::tensor::CubeTensor>,
     }
     impl ModuleVisitor for NormVisitor<'_> {
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             if let Some(g) = self.grads.get::<D>(param.id) {
-                #[cfg(any(feature = "wgpu", feature = "cuda"))]
+                #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
                 if !crate::kernels::is_flex(&g.device()) {
                     self.cube.push(crate::kernels::cube::tensor_to_cube(g));
                     return;
@@ -321,11 +321,11 @@ pub fn global_grad_norm<M: Module>(model: &M, grads: &GradientsParams) -> f64 {
     let mut v = NormVisitor {
         grads,
         total: None,
-        #[cfg(any(feature = "wgpu", feature = "cuda"))]
+        #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
         cube: Vec::new(),
     };
     model.visit(&mut v);
-    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
     if !v.cube.is_empty() {
         return crate::kernels::cube::sum_of_squares(v.cube).sqrt();
     }
@@ -343,7 +343,7 @@ pub fn global_grad_norm<M: Module>(model: &M, grads: &GradientsParams) -> f64 {
 ///
 /// # Panics
 /// If a tensor is not on a CubeCL device.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 pub fn step_stats_on_device<M: Module>(
     model: &M,
     grads: &GradientsParams,
@@ -636,7 +636,7 @@ fn step_with_checks(
     let batch = to_batch(examples, device);
     let logits = model.forward(batch.inputs);
     let (loss, correct) = masked_cross_entropy(logits, batch.targets, batch.mask, batch.n_scored);
-    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
     if step_reads() == StepReads::Once && !crate::kernels::is_flex(device) {
         let loss = ScoredLoss {
             loss,
@@ -737,7 +737,7 @@ pub fn step_reads() -> StepReads {
 }
 
 /// A batch's loss as [`masked_cross_entropy`] gives it, not yet read back.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 struct ScoredLoss {
     /// `[1]`, on the autodiff device.
     loss: Tensor<1>,
@@ -760,7 +760,7 @@ struct ScoredLoss {
 /// step"). The norm and the factor are f32 here (f64 on the host before). On a failed check the
 /// model returned is the one before the step; the optimiser's moments have taken it (the run
 /// stops there). `LAB_STEP_READS=each` ([`StepReads`]) keeps the reading step instead.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 fn cube_step(
     model: Transformer,
     opt: &mut AdamW,

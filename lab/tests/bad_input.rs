@@ -588,7 +588,7 @@ fn bench_attention_refuses_impossible_sizes_and_library_on_cpu() {
 
 /// `lab sweep --dry-run` refuses a backend this build lacks, as the real run does (before, it
 /// listed the runs "to train" and exited 0).
-#[cfg(not(feature = "cuda"))]
+#[cfg(not(feature = "cuda-plain"))]
 #[test]
 fn dry_run_refuses_a_backend_the_build_lacks() {
     let out = std::env::temp_dir().join(format!("lab-dry-cuda-{}", std::process::id()));

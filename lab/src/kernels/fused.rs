@@ -27,7 +27,7 @@ use super::cpu::{KernelEncoding, Shape4, flash_backward, flash_forward};
 /// Backend extension: fused causal attention with the encoding inside the kernel.
 // `Cube`: the CubeCL kernels of `super::cube` (features `wgpu`, `cuda`), on burn's CubeCL backend
 // with or without fusion.
-#[backend_extension(Autodiff, Flex, Cube: cfg(any(feature = "wgpu", feature = "cuda")))]
+#[backend_extension(Autodiff, Flex, Cube: cfg(any(feature = "wgpu", feature = "cuda-plain")))]
 pub trait FusedAttentionBackend: Backend {
     /// `q`, `k`, `v`: `[batch, heads, seq, head_dim]` → `[batch, heads, seq, head_dim]`.
     /// `encoding` must not be PoPE (use [`FusedAttentionBackend::fused_pope_attention`]).

@@ -103,12 +103,12 @@ pub fn configure() -> Result<(), String> {
     let mode = AttentionMode::parse(std::env::var("LAB_FUSION_ATTENTION").ok().as_deref())?;
     let _ = ATTENTION_MODE.set(mode);
     let _ = MAX_BLOCKS.set(max_blocks);
-    #[cfg(all(feature = "fusion", any(feature = "wgpu", feature = "cuda")))]
+    #[cfg(all(feature = "fusion", any(feature = "wgpu", feature = "cuda-plain")))]
     {
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| install(max_blocks));
     }
-    #[cfg(not(all(feature = "fusion", any(feature = "wgpu", feature = "cuda"))))]
+    #[cfg(not(all(feature = "fusion", any(feature = "wgpu", feature = "cuda-plain"))))]
     let _ = max_blocks;
     Ok(())
 }
@@ -118,7 +118,7 @@ pub fn configure() -> Result<(), String> {
 ///
 /// # Panics
 /// If burn's configuration does not survive its own TOML form (a burn bug).
-#[cfg(all(feature = "fusion", any(feature = "wgpu", feature = "cuda")))]
+#[cfg(all(feature = "fusion", any(feature = "wgpu", feature = "cuda-plain")))]
 pub fn with_max_blocks(config: burn::BurnConfig, max_blocks: usize) -> burn::BurnConfig {
     let mut value = toml::Table::try_from(&config).expect("burn's configuration serializes");
     let fusion = value
@@ -138,7 +138,7 @@ pub fn with_max_blocks(config: burn::BurnConfig, max_blocks: usize) -> burn::Bur
         .expect("burn's configuration deserializes from its own TOML form")
 }
 
-#[cfg(all(feature = "fusion", any(feature = "wgpu", feature = "cuda")))]
+#[cfg(all(feature = "fusion", any(feature = "wgpu", feature = "cuda-plain")))]
 fn install(max_blocks: usize) {
     use cubecl::config::RuntimeConfig;
     let config = burn::BurnConfig::from_current_dir().override_from_env();

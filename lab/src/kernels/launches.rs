@@ -13,12 +13,12 @@
 //! so the kernels still run back to back. The sum of those times against the pass's wall time
 //! says whether the device or the host sets the step's pace.
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 use std::collections::HashMap;
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 use std::sync::{Arc, Mutex};
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 use cubecl::logging::{LaunchObservation, LaunchObserver, ProfileDuration, TimingRequest};
 
 /// What [`observe`] saw of a pass.
@@ -39,7 +39,7 @@ pub struct LaunchProfile {
     pub timing: Option<&'static str>,
 }
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 #[derive(Default)]
 struct Recorder {
     timing: bool,
@@ -48,7 +48,7 @@ struct Recorder {
     timed_ms: Mutex<Vec<(f64, bool)>>,
 }
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 impl LaunchObserver for Recorder {
     fn launched(&self, kernel: &'static str) {
         *self
@@ -126,7 +126,7 @@ pub fn short_kernel_name(name: &str) -> String {
 /// measurements are read after it, which waits for the device). Launches are attributed by time,
 /// process-wide, so `pass` should start with nothing of its own in flight and end with a sync.
 /// `None` in a build without a CubeCL backend (features `wgpu`, `cuda`).
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+#[cfg(not(any(feature = "wgpu", feature = "cuda-plain")))]
 pub fn observe<R>(_timing: bool, pass: impl FnOnce() -> R) -> (R, Option<LaunchProfile>) {
     (pass(), None)
 }
@@ -135,7 +135,7 @@ pub fn observe<R>(_timing: bool, pass: impl FnOnce() -> R) -> (R, Option<LaunchP
 /// is also timed (CubeCL's `TimingRequest::Deferred`: nothing waits during the pass; the
 /// measurements are read after it, which waits for the device). Launches are attributed by time,
 /// process-wide, so `pass` should start with nothing of its own in flight and end with a sync.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 pub fn observe<R>(timing: bool, pass: impl FnOnce() -> R) -> (R, Option<LaunchProfile>) {
     let recorder = Arc::new(Recorder {
         timing,
@@ -173,21 +173,21 @@ pub fn observe<R>(timing: bool, pass: impl FnOnce() -> R) -> (R, Option<LaunchPr
 /// runs): every kernel launch is prepared and compiled if new, then dropped before the device;
 /// buffers keep whatever they held, so values read back mean nothing. `Some(pass())` on a CubeCL
 /// build; `None` without one (`pass` is not run).
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 pub fn dry_run<R>(pass: impl FnOnce() -> R) -> Option<R> {
     let _dry = cubecl::dry_run::DryRun::new();
     Some(pass())
 }
 
 /// Without a CubeCL backend there is nothing to dry-run: `None`, and `pass` is not run.
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+#[cfg(not(any(feature = "wgpu", feature = "cuda-plain")))]
 pub fn dry_run<R>(_pass: impl FnOnce() -> R) -> Option<R> {
     None
 }
 
 /// Resolve the deferred measurements and add the ones delivered already read; `None` if any
 /// launch carried none (a refused profile, a window the device reported empty).
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 fn read_times(recorder: &Recorder) -> (Option<f64>, Option<&'static str>) {
     let profiles = std::mem::take(&mut *recorder.profiles.lock().expect("profiles poisoned"));
     let timed = std::mem::take(&mut *recorder.timed_ms.lock().expect("timings poisoned"));

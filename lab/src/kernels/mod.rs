@@ -61,7 +61,7 @@ pub struct Tolerance {
     pub rel: f64,
 }
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 pub mod cube;
 #[cfg(feature = "cuda-source")]
 pub mod cuda_host;
@@ -106,7 +106,7 @@ pub fn set_cube_strategy(name: &str) -> Result<(), String> {
     set_strategy_in_build(name)
 }
 
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 fn set_strategy_in_build(name: &str) -> Result<(), String> {
     cube::set_default_strategy(cube::CubeStrategy::parse(name)?);
     Ok(())
@@ -119,7 +119,7 @@ fn set_strategy_in_build(name: &str) -> Result<(), String> {
 /// `Some((amp_dim, linear_phase))` for TAPA, `None` for the dot-product encodings, whose `w` is
 /// `head_dim` or, for PoPE, `2·head_dim`: a multiple of 16 whenever `head_dim` is) and a scalar
 /// f32 layout runs.
-#[cfg(any(feature = "wgpu", feature = "cuda"))]
+#[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 pub fn cmma_dtype(
     device: &burn::tensor::Device,
     tapa: Option<(usize, bool)>,
@@ -137,7 +137,7 @@ pub fn cmma_dtype(
 }
 
 /// Without a CubeCL backend there are no tensor-core kernels.
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+#[cfg(not(any(feature = "wgpu", feature = "cuda-plain")))]
 pub fn cmma_dtype(
     _device: &burn::tensor::Device,
     _tapa: Option<(usize, bool)>,
@@ -146,7 +146,7 @@ pub fn cmma_dtype(
     None
 }
 
-#[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+#[cfg(not(any(feature = "wgpu", feature = "cuda-plain")))]
 fn set_strategy_in_build(name: &str) -> Result<(), String> {
     if name == "tiled" {
         Ok(())
@@ -253,7 +253,7 @@ mod tests {
         );
         assert!(err.contains("rows, tiled, tiled-split"), "{err}");
         assert_eq!(super::set_cube_strategy("tiled"), Ok(()));
-        #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+        #[cfg(not(any(feature = "wgpu", feature = "cuda-plain")))]
         assert!(
             super::set_cube_strategy("rows")
                 .unwrap_err()

@@ -227,7 +227,7 @@ pub fn rms_norm_backward(x: &[f32], gain: &[f32], r: &[f32], dy: &[f32]) -> (Vec
 }
 
 /// Backend extension: fused RMSNorm and GELU.
-#[backend_extension(Autodiff, Flex, Cube: cfg(any(feature = "wgpu", feature = "cuda")))]
+#[backend_extension(Autodiff, Flex, Cube: cfg(any(feature = "wgpu", feature = "cuda-plain")))]
 pub trait FusedPointwiseBackend: Backend {
     /// GELU (exact form), any shape.
     fn fused_gelu(x: FloatTensor<Self>) -> FloatTensor<Self>;

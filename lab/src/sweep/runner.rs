@@ -42,7 +42,7 @@ pub enum Backend {
     /// attention kernels (`kernels::cube`). Needs the cargo feature `wgpu`.
     Wgpu,
     /// burn's CubeCL backend on CUDA device 0, with fusion, autotune and the CubeCL attention
-    /// kernels. Needs the cargo feature `cuda`.
+    /// kernels. Needs the cargo feature `cuda` (or `cuda-plain`: the same without burn's fusion).
     Cuda,
 }
 
@@ -86,7 +86,7 @@ impl Backend {
                     burn::tensor::DeviceKind::DefaultDevice,
                 ))
             }
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "cuda-plain")]
             Backend::Cuda => {
                 cuda_driver_loadable()?;
                 crate::kernels::kernel_cache::configure().map_err(SweepError::Backend)?;
@@ -131,7 +131,7 @@ impl Backend {
         if cfg!(feature = "wgpu") {
             names.push("wgpu");
         }
-        if cfg!(feature = "cuda") {
+        if cfg!(feature = "cuda-plain") {
             names.push("cuda");
         }
         names
@@ -141,7 +141,7 @@ impl Backend {
 /// Whether the NVIDIA driver library (`libcuda.so.1`, else `libcuda.so`) can be loaded: cudarc
 /// loads it on CubeCL's device thread and panics there when it is missing, which the caller sees as
 /// a stack trace, so `--backend cuda` checks first and fails with one line.
-#[cfg(all(feature = "cuda", unix))]
+#[cfg(all(feature = "cuda-plain", unix))]
 fn cuda_driver_loadable() -> Result<(), SweepError> {
     for name in [c"libcuda.so.1", c"libcuda.so"] {
         // SAFETY: dlopen/dlclose with a valid C string; the handle is closed right away and no
@@ -161,7 +161,7 @@ fn cuda_driver_loadable() -> Result<(), SweepError> {
     ))
 }
 
-#[cfg(all(feature = "cuda", not(unix)))]
+#[cfg(all(feature = "cuda-plain", not(unix)))]
 fn cuda_driver_loadable() -> Result<(), SweepError> {
     Ok(())
 }
@@ -1062,7 +1062,7 @@ mod tests {
     fn backends_missing_from_the_build_are_a_one_line_error() {
         assert!(Backend::Cpu.device().is_ok());
         assert_eq!(Backend::available()[0], "cpu");
-        if !cfg!(feature = "cuda") {
+        if !cfg!(feature = "cuda-plain") {
             let msg = Backend::Cuda.device().unwrap_err().to_string();
             assert!(
                 msg.starts_with("backend = cuda needs the cargo feature `cuda`"),
