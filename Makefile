@@ -31,8 +31,8 @@ help:
 	@echo "make bench-gpu      NVIDIA machine: cube kernels vs PyTorch SDPA / FlexAttention (bench/gpu.sh)"
 	@echo "make cuda-ptxas     the kernels' CUDA C++ for sm 90 compiled here by NVRTC + ptxas (PyPI): registers, spills per kernel"
 	@echo "make cuda-host      the kernels' CUDA C++ for sm 90 run on this CPU (wmma modelled), every launch vs lavapipe"
-	@echo "make gpu-bundle     offline CUDA build (LLVM from PyPI) packed into .gpu/ for a GPU machine (34 min cold on 2 cores);"
-	@echo "                    GPU_FEATURES=cuda-plain: without burn's fusion, into .gpu-plain/"
+	@echo "make gpu-bundle     offline CUDA build (LLVM from PyPI, --features cuda-plain) packed into .gpu/ for a GPU machine"
+	@echo "                    (34 min cold on 2 cores); GPU_FEATURES=cuda: with burn's fusion, into .gpu-fused/"
 	@echo "make module-graph   the imports between the library's top-level modules (acyclic), main.rs's length"
 	@echo "make slurm-test     root: single-node Slurm on localhost runs the emitted job array (smoke), merged == local"
 

@@ -219,9 +219,17 @@ fi
 # (LAB_FUSION_ATTENTION=eager), burn's own search width (LAB_FUSION_MAX_BLOCKS=5), and the step that waits for the
 # device three times (LAB_STEP_READS=each). FUSION_AB_S each; 0 skips them.
 if [[ $BACKEND != cpu && ${FUSION_AB_S:-15} -gt 0 ]]; then
+    # The bundle's build without burn's fusion (`cuda-plain`, 2026-12-06) has no fusion setting to undo: its JSON's
+    # "fusion" is null.
+    fused_build=0
+    grep -q '"max_blocks"' "$OUT/train-step-lab-warm.json" 2>/dev/null && fused_build=1
     for ab in "LAB_ADAMW=ops adamw-ops" "LAB_POINTWISE=ops pointwise-ops" "LAB_FUSION_ATTENTION=eager eager" \
               "LAB_FUSION_MAX_BLOCKS=5 blocks5" "LAB_STEP_READS=each reads-each"; do
         set -- $ab
+        if [[ $fused_build == 0 && $1 == LAB_FUSION_* ]]; then
+            echo "== $1 skipped: the warm step ran without burn's fusion"
+            continue
+        fi
         section "the warm training step with $1 (at most ${FUSION_AB_S:-15} s)"
         env "$1" timeout "${FUSION_AB_S:-15}" "$LAB" bench train-step --preset "${PRESET:-quick}" --backend "$BACKEND" \
             --attention fused --warmup 2 --steps "$TRAIN_STEPS" "${profile_args[@]}" \
