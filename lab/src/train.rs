@@ -253,13 +253,8 @@ impl AdamWKernel {
     /// # Errors
     /// Anything but `fused` or `ops`: one line naming the variable and the values allowed.
     pub fn parse(value: Option<&str>) -> Result<Self, String> {
-        match value.map(str::trim) {
-            None | Some("") | Some("fused") => Ok(AdamWKernel::Fused),
-            Some("ops") => Ok(AdamWKernel::Ops),
-            Some(other) => Err(format!(
-                "LAB_ADAMW = `{other}`: allowed values are fused (the default) or ops"
-            )),
-        }
+        let choices = [("fused", AdamWKernel::Fused), ("ops", AdamWKernel::Ops)];
+        crate::kernels::parse_switch("LAB_ADAMW", value, choices)
     }
 
     /// `fused` or `ops`, as `LAB_ADAMW` spells it.
@@ -701,13 +696,8 @@ impl StepReads {
     /// # Errors
     /// Anything but `once` or `each`: one line naming the variable and the values allowed.
     pub fn parse(value: Option<&str>) -> Result<Self, String> {
-        match value.map(str::trim) {
-            None | Some("") | Some("once") => Ok(StepReads::Once),
-            Some("each") => Ok(StepReads::Each),
-            Some(other) => Err(format!(
-                "LAB_STEP_READS = `{other}`: allowed values are once (the default) or each"
-            )),
-        }
+        let choices = [("once", StepReads::Once), ("each", StepReads::Each)];
+        crate::kernels::parse_switch("LAB_STEP_READS", value, choices)
     }
 
     /// `once` or `each`, as `LAB_STEP_READS` spells it.

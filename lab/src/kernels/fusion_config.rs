@@ -52,13 +52,11 @@ impl AttentionMode {
     /// # Errors
     /// Anything but `lazy` or `eager`: one line naming the variable and the values allowed.
     pub fn parse(value: Option<&str>) -> Result<Self, String> {
-        match value.map(str::trim) {
-            None | Some("") | Some("lazy") => Ok(AttentionMode::Lazy),
-            Some("eager") => Ok(AttentionMode::Eager),
-            Some(other) => Err(format!(
-                "LAB_FUSION_ATTENTION = `{other}`: allowed values are lazy (the default) or eager"
-            )),
-        }
+        let choices = [
+            ("lazy", AttentionMode::Lazy),
+            ("eager", AttentionMode::Eager),
+        ];
+        super::parse_switch("LAB_FUSION_ATTENTION", value, choices)
     }
 }
 

@@ -157,6 +157,28 @@ fn set_strategy_in_build(name: &str) -> Result<(), String> {
     }
 }
 
+/// Parse a two-way switch read from the environment variable `var` (`LAB_STEP_READS`, `LAB_ADAMW`,
+/// `LAB_POINTWISE`, `LAB_FUSION_ATTENTION`): unset, blank or the first name gives the first choice
+/// (the default), the second name the second; surrounding spaces are ignored.
+///
+/// # Errors
+/// Anything else: one line naming the variable and the values allowed
+/// (`` VAR = `x`: allowed values are a (the default) or b ``).
+pub fn parse_switch<T: Copy>(
+    var: &str,
+    value: Option<&str>,
+    [(first, default), (second, other)]: [(&str, T); 2],
+) -> Result<T, String> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(default),
+        Some(v) if v == first => Ok(default),
+        Some(v) if v == second => Ok(other),
+        Some(v) => Err(format!(
+            "{var} = `{v}`: allowed values are {first} (the default) or {second}"
+        )),
+    }
+}
+
 /// How the model's RMSNorm and GELU run on a CubeCL device (`wgpu`, `cuda`; `LAB_POINTWISE`): the
 /// lab's kernels ([`cube::rms_norm_forward`], [`cube::gelu_forward`] and their backwards, one
 /// operation each) or burn's tensor operations (about 21 per RMSNorm and 15 per GELU, forward and
@@ -175,13 +197,11 @@ impl PointwiseKernel {
     /// # Errors
     /// Anything but `fused` or `ops`: one line naming the variable and the values allowed.
     pub fn parse(value: Option<&str>) -> Result<Self, String> {
-        match value.map(str::trim) {
-            None | Some("") | Some("fused") => Ok(PointwiseKernel::Fused),
-            Some("ops") => Ok(PointwiseKernel::Ops),
-            Some(other) => Err(format!(
-                "LAB_POINTWISE = `{other}`: allowed values are fused (the default) or ops"
-            )),
-        }
+        let choices = [
+            ("fused", PointwiseKernel::Fused),
+            ("ops", PointwiseKernel::Ops),
+        ];
+        parse_switch("LAB_POINTWISE", value, choices)
     }
 
     /// `fused` or `ops`, as `LAB_POINTWISE` spells it.
