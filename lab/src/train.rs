@@ -98,7 +98,7 @@ impl AdamW {
             GradScale::Host(s) => Scale::Host(s),
             // The fused update takes the `[1]` factor as it is.
             #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
-            GradScale::Device(s) if self.kernel() == AdamWKernel::Fused => Scale::Flat(s),
+            GradScale::Device(s) if self.kernel() == AdamWKernel::Fused => Scale::Flat(Box::new(s)),
             // Reshaped to every rank once, before the updates: a reshape inside the stretch of
             // element-wise updates would end burn's fused blocks there.
             GradScale::Device(s) => Scale::Device(Box::new(std::array::from_fn(|r| match r {
@@ -143,7 +143,7 @@ enum Scale {
     Device(Box<[burn::backend::tensor::FloatTensor<burn::backend::Dispatch>; 4]>),
     /// The `[1]` device factor for the fused update ([`AdamWKernel::Fused`]).
     #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
-    Flat(Tensor<1>),
+    Flat(Box<Tensor<1>>),
 }
 
 struct AdamWMapper<'a> {
@@ -179,7 +179,7 @@ impl ModuleMapper for AdamWMapper<'_> {
             Scale::Host(scale) => grad * *scale,
             Scale::Device(by_rank) => grad * Tensor::<D>::from_dispatch(by_rank[D - 1].clone()),
             #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
-            Scale::Flat(s) => grad * s.clone().reshape([1; D]),
+            Scale::Flat(s) => grad * (**s).clone().reshape([1; D]),
         };
         let (m, v) = match moments {
             Some((m, v)) => (
@@ -219,7 +219,7 @@ fn cube_adamw<const D: usize>(
     }
     let scale = match scale {
         Scale::Host(s) => UpdateScale::Host(*s as f32),
-        Scale::Flat(s) => UpdateScale::Device(prim(s.clone())),
+        Scale::Flat(s) => UpdateScale::Device(prim((**s).clone())),
         Scale::Device(by_rank) => {
             UpdateScale::Device(prim(Tensor::<1>::from_dispatch(by_rank[0].clone())))
         }
