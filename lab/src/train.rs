@@ -247,40 +247,38 @@ pub enum AdamWKernel {
     Ops,
 }
 
+static ADAMW: crate::kernels::Switch<AdamWKernel> = crate::kernels::Switch::new(
+    "LAB_ADAMW",
+    [("fused", AdamWKernel::Fused), ("ops", AdamWKernel::Ops)],
+);
+
 impl AdamWKernel {
     /// Parse the value of `LAB_ADAMW` (`None` when unset: `Fused`).
     ///
     /// # Errors
     /// Anything but `fused` or `ops`: one line naming the variable and the values allowed.
     pub fn parse(value: Option<&str>) -> Result<Self, String> {
-        let choices = [("fused", AdamWKernel::Fused), ("ops", AdamWKernel::Ops)];
-        crate::kernels::parse_switch("LAB_ADAMW", value, choices)
+        ADAMW.parse(value)
     }
 
     /// `fused` or `ops`, as `LAB_ADAMW` spells it.
     pub fn name(self) -> &'static str {
-        match self {
-            AdamWKernel::Fused => "fused",
-            AdamWKernel::Ops => "ops",
-        }
+        ADAMW.name(self)
     }
 }
 
-static ADAMW_KERNEL: std::sync::OnceLock<AdamWKernel> = std::sync::OnceLock::new();
-
-/// Fix [`adamw_kernel`] from `LAB_ADAMW` ([`AdamWKernel::parse`]) for this process; later calls
-/// change nothing. `Backend::device` calls it for `wgpu` and `cuda`.
+/// Fix [`adamw_kernel`] from `LAB_ADAMW` for this process; later calls change nothing.
+/// `Backend::device` calls it for `wgpu` and `cuda`.
 ///
 /// # Errors
-/// A value the parser refuses.
+/// A value [`AdamWKernel::parse`] refuses.
 pub fn configure_adamw() -> Result<AdamWKernel, String> {
-    let kernel = AdamWKernel::parse(std::env::var("LAB_ADAMW").ok().as_deref())?;
-    Ok(*ADAMW_KERNEL.get_or_init(|| kernel))
+    ADAMW.configure()
 }
 
 /// The [`AdamWKernel`] that [`configure_adamw`] fixed (`Fused` when it was never called).
 pub fn adamw_kernel() -> AdamWKernel {
-    *ADAMW_KERNEL.get().unwrap_or(&AdamWKernel::Fused)
+    ADAMW.get()
 }
 
 /// Global L2 norm of every gradient in `grads` that belongs to `model`: on flex through burn's
@@ -690,40 +688,38 @@ pub enum StepReads {
     Each,
 }
 
+static STEP_READS: crate::kernels::Switch<StepReads> = crate::kernels::Switch::new(
+    "LAB_STEP_READS",
+    [("once", StepReads::Once), ("each", StepReads::Each)],
+);
+
 impl StepReads {
     /// Parse the value of `LAB_STEP_READS` (`None` when unset: `Once`).
     ///
     /// # Errors
     /// Anything but `once` or `each`: one line naming the variable and the values allowed.
     pub fn parse(value: Option<&str>) -> Result<Self, String> {
-        let choices = [("once", StepReads::Once), ("each", StepReads::Each)];
-        crate::kernels::parse_switch("LAB_STEP_READS", value, choices)
+        STEP_READS.parse(value)
     }
 
     /// `once` or `each`, as `LAB_STEP_READS` spells it.
     pub fn name(self) -> &'static str {
-        match self {
-            StepReads::Once => "once",
-            StepReads::Each => "each",
-        }
+        STEP_READS.name(self)
     }
 }
 
-static STEP_READS: std::sync::OnceLock<StepReads> = std::sync::OnceLock::new();
-
-/// Fix [`step_reads`] from `LAB_STEP_READS` ([`StepReads::parse`]) for this process; later calls
-/// change nothing. `Backend::device` calls it for `wgpu` and `cuda`.
+/// Fix [`step_reads`] from `LAB_STEP_READS` for this process; later calls change nothing.
+/// `Backend::device` calls it for `wgpu` and `cuda`.
 ///
 /// # Errors
-/// A value the parser refuses.
+/// A value [`StepReads::parse`] refuses.
 pub fn configure_step_reads() -> Result<StepReads, String> {
-    let reads = StepReads::parse(std::env::var("LAB_STEP_READS").ok().as_deref())?;
-    Ok(*STEP_READS.get_or_init(|| reads))
+    STEP_READS.configure()
 }
 
 /// The [`StepReads`] that [`configure_step_reads`] fixed (`Once` when it was never called).
 pub fn step_reads() -> StepReads {
-    *STEP_READS.get().unwrap_or(&StepReads::Once)
+    STEP_READS.get()
 }
 
 /// A batch's loss as [`masked_cross_entropy`] gives it, not yet read back.

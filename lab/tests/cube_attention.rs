@@ -910,6 +910,13 @@ fn parameters<M: burn::module::Module>(m: &M) -> Vec<f32> {
     flat.0
 }
 
+/// A matrix (decayed by AdamW) and a vector (not decayed): the parameters of the optimiser tests.
+#[derive(burn::module::Module, Debug)]
+struct Toy {
+    w: burn::module::Param<burn::tensor::Tensor<2>>,
+    b: burn::module::Param<burn::tensor::Tensor<1>>,
+}
+
 /// The clip factor on the device: AdamW scaled by a `[1]` device tensor
 /// (`train::GradScale::Device`: read by the fused update, reshaped to each parameter's rank for
 /// the tensor ops) updates a rank-2 and a rank-1 parameter exactly as with the same factor from
@@ -917,15 +924,10 @@ fn parameters<M: burn::module::Module>(m: &M) -> Vec<f32> {
 /// gradient's scale, which plain Adam's does not), with either update.
 #[test]
 fn device_clip_factor_updates_as_the_host_one() {
-    use burn::module::{Module, Param};
+    use burn::module::Param;
     use burn::optim::GradientsParams;
     use burn::tensor::{Tensor, TensorData};
     use lab::train::{AdamW, GradScale};
-    #[derive(Module, Debug)]
-    struct Toy {
-        w: Param<Tensor<2>>,
-        b: Param<Tensor<1>>,
-    }
     let d = wgpu();
     let ad = d.clone().autodiff();
     for kernel in [lab::train::AdamWKernel::Fused, lab::train::AdamWKernel::Ops] {
@@ -1125,15 +1127,10 @@ fn cube_rms_norm_and_gelu_match_the_cpu_kernels() {
 /// within 1e-6 of the other path after each step, and the update itself non-trivial.
 #[test]
 fn fused_adamw_matches_the_tensor_ops() {
-    use burn::module::{Module, Param};
+    use burn::module::Param;
     use burn::optim::GradientsParams;
     use burn::tensor::{Tensor, TensorData};
     use lab::train::{AdamW, AdamWKernel, GradScale};
-    #[derive(Module, Debug)]
-    struct Toy {
-        w: Param<Tensor<2>>,
-        b: Param<Tensor<1>>,
-    }
     let d = wgpu();
     let ad = d.clone().autodiff();
     let run = |kernel: AdamWKernel, device_scale: bool| {

@@ -179,10 +179,58 @@ pub fn parse_switch<T: Copy>(
     }
 }
 
+/// A two-way switch of this process read once from an environment variable ([`parse_switch`]'s
+/// rules; the first choice is the default): `LAB_STEP_READS`, `LAB_ADAMW`, `LAB_POINTWISE`.
+pub struct Switch<T: 'static> {
+    var: &'static str,
+    choices: [(&'static str, T); 2],
+    fixed: std::sync::OnceLock<T>,
+}
+
+impl<T: Copy + PartialEq> Switch<T> {
+    /// The switch read from `var`, `choices[0]` the default.
+    pub const fn new(var: &'static str, choices: [(&'static str, T); 2]) -> Self {
+        Self {
+            var,
+            choices,
+            fixed: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// `value` as this switch reads it ([`parse_switch`]).
+    ///
+    /// # Errors
+    /// A value that names neither choice: one line naming the variable and the values allowed.
+    pub fn parse(&self, value: Option<&str>) -> Result<T, String> {
+        parse_switch(self.var, value, self.choices)
+    }
+
+    /// The name of `choice`, as the variable spells it.
+    pub fn name(&self, choice: T) -> &'static str {
+        let [(first, _), (second, other)] = self.choices;
+        if choice == other { second } else { first }
+    }
+
+    /// Fix the switch from the environment for this process; later calls change nothing.
+    ///
+    /// # Errors
+    /// A value [`Switch::parse`] refuses.
+    pub fn configure(&self) -> Result<T, String> {
+        let choice = self.parse(std::env::var(self.var).ok().as_deref())?;
+        Ok(*self.fixed.get_or_init(|| choice))
+    }
+
+    /// What [`Switch::configure`] fixed (the default when it was never called).
+    pub fn get(&self) -> T {
+        self.fixed.get().copied().unwrap_or(self.choices[0].1)
+    }
+}
+
 /// How the model's RMSNorm and GELU run on a CubeCL device (`wgpu`, `cuda`; `LAB_POINTWISE`): the
 /// lab's kernels ([`cube::rms_norm_forward`], [`cube::gelu_forward`] and their backwards, one
-/// operation each) or burn's tensor operations (about 21 per RMSNorm and 15 per GELU, forward and
-/// backward, which burn's fusion registers one by one). flex always uses [`pointwise`]'s kernels.
+/// operation each) or burn's tensor operations (about 170 for the quick model's five RMSNorms and
+/// two GELUs, forward and backward, which burn's fusion registers one by one: without fusion, where
+/// each is a launch, the step's 321 launches became 163). flex always uses [`pointwise`]'s kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PointwiseKernel {
     /// The lab's kernels (the default).
@@ -191,43 +239,41 @@ pub enum PointwiseKernel {
     Ops,
 }
 
+static POINTWISE: Switch<PointwiseKernel> = Switch::new(
+    "LAB_POINTWISE",
+    [
+        ("fused", PointwiseKernel::Fused),
+        ("ops", PointwiseKernel::Ops),
+    ],
+);
+
 impl PointwiseKernel {
     /// Parse the value of `LAB_POINTWISE` (`None` when unset: `Fused`).
     ///
     /// # Errors
     /// Anything but `fused` or `ops`: one line naming the variable and the values allowed.
     pub fn parse(value: Option<&str>) -> Result<Self, String> {
-        let choices = [
-            ("fused", PointwiseKernel::Fused),
-            ("ops", PointwiseKernel::Ops),
-        ];
-        parse_switch("LAB_POINTWISE", value, choices)
+        POINTWISE.parse(value)
     }
 
     /// `fused` or `ops`, as `LAB_POINTWISE` spells it.
     pub fn name(self) -> &'static str {
-        match self {
-            PointwiseKernel::Fused => "fused",
-            PointwiseKernel::Ops => "ops",
-        }
+        POINTWISE.name(self)
     }
 }
 
-static POINTWISE: std::sync::OnceLock<PointwiseKernel> = std::sync::OnceLock::new();
-
-/// Fix [`pointwise_kernel`] from `LAB_POINTWISE` ([`PointwiseKernel::parse`]) for this process;
-/// later calls change nothing. `Backend::device` calls it for `wgpu` and `cuda`.
+/// Fix [`pointwise_kernel`] from `LAB_POINTWISE` for this process; later calls change nothing.
+/// `Backend::device` calls it for `wgpu` and `cuda`.
 ///
 /// # Errors
-/// A value the parser refuses.
+/// A value [`PointwiseKernel::parse`] refuses.
 pub fn configure_pointwise() -> Result<PointwiseKernel, String> {
-    let kernel = PointwiseKernel::parse(std::env::var("LAB_POINTWISE").ok().as_deref())?;
-    Ok(*POINTWISE.get_or_init(|| kernel))
+    POINTWISE.configure()
 }
 
 /// The [`PointwiseKernel`] that [`configure_pointwise`] fixed (`Fused` when it was never called).
 pub fn pointwise_kernel() -> PointwiseKernel {
-    *POINTWISE.get().unwrap_or(&PointwiseKernel::Fused)
+    POINTWISE.get()
 }
 
 /// Whether `device` (autodiff or not) is burn-flex, the CPU backend of the Rust kernels in
