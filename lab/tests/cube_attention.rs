@@ -112,6 +112,136 @@ fn cube_hand_computed_lse() {
     assert!((out[1] - 3.0).abs() < 1e-5);
 }
 
+/// The model's heads, split from `[batch, seq, heads, head_dim]` by `swap_dims(1, 2)` without a
+/// copy ("token-major"), give the same forward and backward as contiguous heads, for every
+/// layout: RoPE's and PoPE's first kernel reads them in place, and `out`, `dq`, `dk`, `dv` come
+/// back in that layout (so merging the heads again needs no copy); NoPE's are copied first, its
+/// outputs contiguous.
+#[test]
+fn token_major_heads_match_contiguous_heads() {
+    use burn::backend::ops::FloatTensorOps;
+    use burn_cubecl::CubeBackend;
+    use lab::kernels::map::PairLayout;
+    let dev = wgpu();
+    let [b, h, l, d] = [2usize, 3, 7, 8];
+    let n = b * h * l * d;
+    // Logical [b, h, l, d] values, and the same stored [b, l, h, d].
+    let value = |seed: f32, i: usize| (seed * (i as f32 + 1.0)).sin();
+    let at = |bi: usize, hi: usize, li: usize, di: usize| ((bi * h + hi) * l + li) * d + di;
+    let token_major_of = |x: &[f32]| {
+        let mut t = vec![0.0f32; n];
+        for bi in 0..b {
+            for li in 0..l {
+                for hi in 0..h {
+                    for di in 0..d {
+                        t[((bi * l + li) * h + hi) * d + di] = x[at(bi, hi, li, di)];
+                    }
+                }
+            }
+        }
+        t
+    };
+    let [q, k, v, dout] =
+        [0.37f32, 0.61, 0.83, 1.19].map(|s| (0..n).map(|i| value(s, i)).collect::<Vec<f32>>());
+    let contiguous = |x: &[f32]| host_to_cube(x, [b, h, l, d], &dev);
+    let token_major = |x: &[f32]| {
+        CubeBackend::float_swap_dims(host_to_cube(&token_major_of(x), [b, l, h, d], &dev), 1, 2)
+    };
+    let delta: Vec<f32> = (0..h * d).map(|i| -0.4 * value(1.7, i).abs()).collect();
+    let encodings = || {
+        [
+            ("nope", CubeEncoding::Nope),
+            (
+                "rope",
+                CubeEncoding::Rope {
+                    inv_freq: vec![1.0, 0.3, 0.1],
+                    layout: PairLayout::Adjacent,
+                    attention_factor: 1.0,
+                },
+            ),
+            (
+                "rope-half",
+                CubeEncoding::Rope {
+                    inv_freq: vec![1.0, 0.5, 0.25, 0.125],
+                    layout: PairLayout::RotateHalf,
+                    attention_factor: 1.1,
+                },
+            ),
+            (
+                "pope",
+                CubeEncoding::Pope {
+                    theta: (0..d).map(|c| 0.8f64.powi(c as i32)).collect(),
+                    delta: host_to_cube(&delta, [h * d], &dev),
+                },
+            ),
+        ]
+    };
+    let max_diff = |a: Vec<f32>, b: Vec<f32>| {
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(&b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max)
+    };
+    for strategy in ["rows", "tiled", "tiled-split", "cmma"] {
+        for (name, encoding) in encodings() {
+            let mut params = CubeAttentionParams::new(encoding);
+            params.strategy = cube::CubeStrategy::parse(strategy).unwrap();
+            let what = format!("{name}, {strategy}");
+            type Heads<'a> = &'a dyn Fn(&[f32]) -> burn_cubecl::tensor::CubeTensor;
+            // Forward and backward with q, k, v laid out by `heads`, dout by `dout_heads`: every
+            // output on the host, and whether each is stored contiguously.
+            let run = |heads: Heads, dout_heads: Heads| {
+                let (qt, kt, vt) = (heads(&q), heads(&k), heads(&v));
+                let (out, lse) = cube::forward(qt.clone(), kt.clone(), vt.clone(), &params);
+                let g = cube::backward(
+                    qt,
+                    kt,
+                    vt,
+                    out.clone(),
+                    lse.clone(),
+                    dout_heads(&dout),
+                    &params,
+                );
+                let mut parts = vec![("out", out), ("lse", lse), ("dq", g.dq), ("dk", g.dk)];
+                parts.push(("dv", g.dv));
+                parts.extend(g.ddelta.map(|t| ("dδ", t)));
+                parts
+                    .into_iter()
+                    .map(|(part, t)| (part, t.is_contiguous(), cube_to_host(t)))
+                    .collect::<Vec<_>>()
+            };
+            let reference = run(&contiguous, &contiguous);
+            assert_eq!(reference.len(), if name == "pope" { 6 } else { 5 });
+            assert!(reference.iter().all(|(_, contiguous, _)| *contiguous));
+            // Not all zero: the comparisons compare something.
+            assert!(
+                reference[2].2.iter().any(|x| x.abs() > 1e-3),
+                "{what}: dq ≈ 0"
+            );
+            for (layout, dout_heads) in [
+                ("token-major", &token_major as Heads),
+                ("mixed", &contiguous),
+            ] {
+                for ((part, contiguous, got), (_, _, want)) in
+                    run(&token_major, dout_heads).into_iter().zip(&reference)
+                {
+                    let layout_kept = name != "nope" && part != "lse" && part != "dδ";
+                    assert_eq!(
+                        contiguous, !layout_kept,
+                        "{what}, {layout}: {part}'s layout"
+                    );
+                    let diff = max_diff(got, want.clone());
+                    assert!(
+                        diff <= 1e-6,
+                        "{what}, {layout}: max |{part} − contiguous heads'| = {diff}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// The CUDA C++ of every kernel, for an H100/H200 (sm 90), generated without a GPU (feature
 /// `cuda-source`; `lab bench cuda-source`, `make cuda-ptxas` compiles it further with NVRTC):
 /// every encoding and layout at head_dim 64 compiles; the `cmma` layouts emit `wmma` tensor-core
@@ -543,7 +673,8 @@ fn profiled_smoke_step(env: &[(&str, &str)]) -> serde_json::Value {
 /// at the same time). The lab's own kernels are counted exactly: per layer and step one tiled
 /// forward, one `dq` and one key-side backward kernel, one `RowDot` (the backward's `Σ dout·out`
 /// per row) and three rotation launches (q and k forward, again in the backward, and dq and dk
-/// rotated back, each pair in one launch).
+/// rotated back, each pair in one launch), and no copy: the heads are split and merged in place
+/// (`kernels::cube::kernel_qk`).
 #[test]
 fn training_step_launches_are_counted_and_timed() {
     let j = profiled_smoke_step(&[]);
@@ -568,6 +699,7 @@ fn training_step_launches_are_counted_and_timed() {
     assert_eq!(per_step("AttnBwdDkdvTiled"), layers);
     assert_eq!(per_step("RowDot"), layers);
     assert_eq!(per_step("RopeRotate"), 3.0 * layers);
+    assert_eq!(per_step("CopyKernel"), 0.0, "{kinds:?}");
     // The gradient norm: one partial-sum kernel per 24 parameters (embedding, head, final gain,
     // and eight per block: two gains and six matrices).
     assert_eq!(

@@ -56,8 +56,10 @@
 //! `−1e30`, so no `exp(−∞ − −∞)` can occur.
 //!
 //! Layout: `q`, `k`, `v`, `out`, `dout`: `[batch, heads, seq, head_dim]` f32 (made contiguous on
-//! entry); `lse`: `[batch, heads, seq]`. Angles are computed on the device in f32 (`pos·θ`, as
-//! PyTorch implementations of RoPE do); the CPU reference builds its tables in f64.
+//! entry, except RoPE's and PoPE's heads stored `[batch, seq, heads, head_dim]`, which their first
+//! kernel reads in place and their outputs keep: [`kernel_qk`]); `lse`: `[batch, heads, seq]`.
+//! Angles are computed on the device in f32 (`pos·θ`, as PyTorch implementations of RoPE do); the
+//! CPU reference builds its tables in f64.
 
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::{DType, Shape, TensorMetadata};
@@ -707,8 +709,9 @@ mod kernels {
         p
     }
 
-    /// Forward: one unit per query row. `q`, `k`: `[rows, w]`; `v`, `out`: `[rows, d]`;
-    /// `lse`: `[rows]`. `tapa` selects the TAPA score on raw q/k (then `w == d`).
+    /// Forward: one unit per query row. `q`, `k`: `[rows, w]`; `v`, `out`: `[rows, d]` (`out`
+    /// token-major, [`row_start`], when `out_token_major`); `lse`: `[rows]`. `tapa` selects the
+    /// TAPA score on raw q/k (then `w == d`).
     #[cube(launch, create_dummy_kernel)]
     pub fn attn_fwd(
         q: &[f32],
@@ -718,6 +721,7 @@ mod kernels {
         lse: &mut [f32],
         rows: u32,
         seq: u32,
+        heads: u32,
         scale: f32,
         inv_sqrt_a: f32,
         inv_sqrt_p: f32,
@@ -727,6 +731,7 @@ mod kernels {
         #[comptime] tapa: bool,
         #[comptime] amp: usize,
         #[comptime] linear: bool,
+        #[comptime] out_token_major: bool,
     ) {
         let r = ABSOLUTE_POS;
         if r >= rows as usize {
@@ -789,24 +794,36 @@ mod kernels {
             inv = 1.0f32 / sum;
             row_lse = m + f32::ln(sum);
         }
+        let os = row_start(r, seq, heads, d, out_token_major);
         #[unroll]
         for c in 0..d {
-            out[r * d + c] = acc[c] * inv;
+            out[os + c] = acc[c] * inv;
         }
         lse[r] = row_lse;
     }
 
-    /// `delta[r] = Σ_c dout[r, c] · out[r, c]`, one unit per row.
+    /// `delta[r] = Σ_c dout[r, c] · out[r, c]`, one unit per row; `out` token-major
+    /// ([`row_start`]) when `out_token_major`.
     #[cube(launch, create_dummy_kernel)]
-    pub fn row_dot(dout: &[f32], out: &[f32], delta: &mut [f32], rows: u32, #[comptime] d: usize) {
+    pub fn row_dot(
+        dout: &[f32],
+        out: &[f32],
+        delta: &mut [f32],
+        rows: u32,
+        seq: u32,
+        heads: u32,
+        #[comptime] d: usize,
+        #[comptime] out_token_major: bool,
+    ) {
         let r = ABSOLUTE_POS;
         if r >= rows as usize {
             terminate!();
         }
+        let os = row_start(r, seq, heads, d, out_token_major);
         let mut acc = 0.0f32;
         #[unroll]
         for c in 0..d {
-            acc += dout[r * d + c] * out[r * d + c];
+            acc += dout[r * d + c] * out[os + c];
         }
         delta[r] = acc;
     }
@@ -1237,6 +1254,7 @@ mod kernels {
         out: &mut [f32],
         lse: &mut [f32],
         seq: u32,
+        heads: u32,
         scale: f32,
         inv_sqrt_a: f32,
         inv_sqrt_p: f32,
@@ -1247,6 +1265,7 @@ mod kernels {
         #[comptime] amp: usize,
         #[comptime] linear: bool,
         #[comptime] bn: usize,
+        #[comptime] out_token_major: bool,
     ) {
         let l = seq as usize;
         let t = UNIT_POS as usize;
@@ -1338,9 +1357,10 @@ mod kernels {
                 inv = 1.0f32 / sum;
                 row_lse = m + f32::ln(sum);
             }
+            let os = row_start(r, seq, heads, d, out_token_major);
             #[unroll]
             for c in 0..d {
-                out[r * d + c] = acc[c] * inv;
+                out[os + c] = acc[c] * inv;
             }
             lse[r] = row_lse;
         }
@@ -1371,6 +1391,7 @@ mod kernels {
         out: &mut [f32],
         lse: &mut [f32],
         seq: u32,
+        heads: u32,
         scale: f32,
         inv_sqrt_a: f32,
         inv_sqrt_p: f32,
@@ -1382,6 +1403,7 @@ mod kernels {
         #[comptime] linear: bool,
         #[comptime] planes: usize,
         #[comptime] emulate: bool,
+        #[comptime] out_token_major: bool,
     ) {
         let l = seq as usize;
         let t = UNIT_POS as usize;
@@ -1626,7 +1648,8 @@ mod kernels {
             let e = s * 32 + lane;
             let i = ip + e / d;
             if i < l {
-                out[(base + i) * d + e % d] = os[s] * corr[cb + e / d];
+                out[row_start(base + i, seq, heads, d, out_token_major) + e % d] =
+                    os[s] * corr[cb + e / d];
             }
         }
     }
@@ -2524,73 +2547,118 @@ mod kernels {
     /// of `xq` into `out_q`, units `rows ≤ r < 2·rows` row `r − rows` of `xk` into `out_k`;
     /// `out = a · R(±pos·θ) x` on the first `rot` dims (`inverse` rotates by −pos·θ, the
     /// transpose, for the backward); dims `rot..d` are copied unchanged (partial rotary).
-    /// `inv_freq`: `[rot/2]`.
+    /// `inv_freq`: `[rot/2]`. Rows are those of `[batch, heads, seq, d]` tensors stored as
+    /// such, or (`x_token_major`, `out_token_major`) as `[batch, seq, heads, d]` ([`row_start`]).
+    /// With `carry`, units `2·rows ≤ r < 3·rows` copy row `r − 2·rows` of `xc` into `out_c` in
+    /// the same layouts (the tensor that would otherwise need a copy launch of its own: `v` or
+    /// `dout` into rows, `dv` back into token-major); without, those two are not read.
     #[cube(launch, create_dummy_kernel)]
     pub fn rope_rotate(
         xq: &[f32],
         xk: &[f32],
+        xc: &[f32],
         inv_freq: &[f32],
         out_q: &mut [f32],
         out_k: &mut [f32],
+        out_c: &mut [f32],
         rows: u32,
         seq: u32,
+        heads: u32,
         factor: f32,
         #[comptime] d: usize,
         #[comptime] rot: usize,
         #[comptime] adjacent: bool,
         #[comptime] inverse: bool,
+        #[comptime] x_token_major: bool,
+        #[comptime] out_token_major: bool,
+        #[comptime] carry: bool,
     ) {
         let r = ABSOLUTE_POS;
         let rows = rows as usize;
-        if r >= 2 * rows {
+        let mut sets = 2usize;
+        if carry {
+            sets = 3usize;
+        }
+        if r >= sets * rows {
             terminate!();
         }
+        let row = r % rows;
+        let xs = row_start(row, seq, heads, d, x_token_major);
+        let os = row_start(row, seq, heads, d, out_token_major);
+        let pos = f32::cast_from((row % seq as usize) as u32);
         if r < rows {
             rope_row(
-                xq, inv_freq, out_q, r, seq, factor, d, rot, adjacent, inverse,
+                xq, inv_freq, out_q, xs, os, pos, factor, d, rot, adjacent, inverse,
+            );
+        } else if r < 2 * rows {
+            rope_row(
+                xk, inv_freq, out_k, xs, os, pos, factor, d, rot, adjacent, inverse,
             );
         } else {
-            rope_row(
-                xk,
-                inv_freq,
-                out_k,
-                r - rows,
-                seq,
-                factor,
-                d,
-                rot,
-                adjacent,
-                inverse,
-            );
+            copy_row(xc, out_c, xs, os, d);
         }
     }
 
-    /// Row `r` of [`rope_rotate`].
+    /// `out[os..os + d] = x[xs..xs + d]`.
+    #[cube]
+    pub fn copy_row(x: &[f32], out: &mut [f32], xs: usize, os: usize, #[comptime] d: usize) {
+        #[unroll]
+        for c in 0..d {
+            out[os + c] = x[xs + c];
+        }
+    }
+
+    /// Where logical row `r` of a `[batch, heads, seq, d]` tensor starts in its buffer: `r·d`
+    /// when it is stored as such; when it is stored `[batch, seq, heads, d]` (`token_major`:
+    /// the projections' layout, which the model's `swap_dims(1, 2)` splits into heads without
+    /// a copy), `((b·seq + i)·heads + h)·d` for `r = (b·heads + h)·seq + i`.
+    #[cube]
+    pub fn row_start(
+        r: usize,
+        seq: u32,
+        heads: u32,
+        #[comptime] d: usize,
+        #[comptime] token_major: bool,
+    ) -> usize {
+        let mut start = r * d;
+        if token_major {
+            let l = seq as usize;
+            let nh = heads as usize;
+            let bh = r / l;
+            let i = r % l;
+            start = ((bh / nh * l + i) * nh + bh % nh) * d;
+        }
+        start
+    }
+
+    /// One row of [`rope_rotate`]: `x` from element `xs`, `out` from element `os`, at position
+    /// `pos`.
     #[cube]
     #[allow(clippy::too_many_arguments)]
     pub fn rope_row(
         x: &[f32],
         inv_freq: &[f32],
         out: &mut [f32],
-        r: usize,
-        seq: u32,
+        xs: usize,
+        os: usize,
+        pos: f32,
         factor: f32,
         #[comptime] d: usize,
         #[comptime] rot: usize,
         #[comptime] adjacent: bool,
         #[comptime] inverse: bool,
     ) {
-        let pos = f32::cast_from((r % seq as usize) as u32);
         let half = rot / 2;
-        let row = r * d;
         if adjacent {
             #[unroll]
             for p in 0..half {
                 rotate_pair(
                     x,
                     out,
-                    row + 2 * p,
-                    row + 2 * p + 1,
+                    xs,
+                    os,
+                    2 * p,
+                    2 * p + 1,
                     pos * inv_freq[p],
                     factor,
                     inverse,
@@ -2602,8 +2670,10 @@ mod kernels {
                 rotate_pair(
                     x,
                     out,
-                    row + p,
-                    row + p + half,
+                    xs,
+                    os,
+                    p,
+                    p + half,
                     pos * inv_freq[p],
                     factor,
                     inverse,
@@ -2612,15 +2682,18 @@ mod kernels {
         }
         #[unroll]
         for c in rot..d {
-            out[row + c] = x[row + c];
+            out[os + c] = x[xs + c];
         }
     }
 
-    /// `out[(ia, ib)] = a · R(±ang) x[(ia, ib)]`.
+    /// `out[os + (ia, ib)] = a · R(±ang) x[xs + (ia, ib)]`.
     #[cube]
+    #[allow(clippy::too_many_arguments)]
     pub fn rotate_pair(
         x: &[f32],
         out: &mut [f32],
+        xs: usize,
+        os: usize,
         ia: usize,
         ib: usize,
         ang: f32,
@@ -2632,10 +2705,10 @@ mod kernels {
         if inverse {
             s = -s;
         }
-        let xa = x[ia];
-        let xb = x[ib];
-        out[ia] = xa * c - xb * s;
-        out[ib] = xa * s + xb * c;
+        let xa = x[xs + ia];
+        let xb = x[xs + ib];
+        out[os + ia] = xa * c - xb * s;
+        out[os + ib] = xa * s + xb * c;
     }
 
     /// Numerically stable softplus `ln(1 + eˣ)`.
@@ -2652,33 +2725,48 @@ mod kernels {
 
     /// PoPE q̃ and k̃ in one launch, one row per unit: units `r < rows` map row `r` of `xq`
     /// into `out_q`, units `rows ≤ r < 2·rows` row `r − rows` of `xk` (with δ) into `out_k`:
-    /// `[rows, d]` → `[rows, 2d]`. `theta`: `[d]`; `delta`: `[heads · d]`.
+    /// `[rows, d]` → `[rows, 2d]`. `theta`: `[d]`; `delta`: `[heads · d]`. `x_token_major`:
+    /// `xq`, `xk` stored `[batch, seq, heads, d]` ([`row_start`]). With `carry`, units
+    /// `2·rows ≤ r < 3·rows` copy row `r − 2·rows` of `xc` (in `xq`'s layout) into `out_c`
+    /// (row-major `[rows, d]`), as [`rope_rotate`] does.
     #[cube(launch, create_dummy_kernel)]
     pub fn pope_prep(
         xq: &[f32],
         xk: &[f32],
+        xc: &[f32],
         theta: &[f32],
         delta: &[f32],
         out_q: &mut [f32],
         out_k: &mut [f32],
+        out_c: &mut [f32],
         rows: u32,
         seq: u32,
         heads: u32,
         #[comptime] d: usize,
+        #[comptime] x_token_major: bool,
+        #[comptime] carry: bool,
     ) {
         let r = ABSOLUTE_POS;
         let rows = rows as usize;
-        if r >= 2 * rows {
+        let mut sets = 2usize;
+        if carry {
+            sets = 3usize;
+        }
+        if r >= sets * rows {
             terminate!();
         }
+        let row = r % rows;
+        let xs = row_start(row, seq, heads, d, x_token_major);
         if r < rows {
-            pope_row(xq, theta, delta, out_q, r, seq, heads, d, false);
+            pope_row(xq, theta, delta, out_q, row, xs, seq, heads, d, false);
+        } else if r < 2 * rows {
+            pope_row(xk, theta, delta, out_k, row, xs, seq, heads, d, true);
         } else {
-            pope_row(xk, theta, delta, out_k, r - rows, seq, heads, d, true);
+            copy_row(xc, out_c, xs, row * d, d);
         }
     }
 
-    /// Row `r` of [`pope_prep`]: q̃ (`is_key = false`) or k̃ (`true`).
+    /// Row `r` of [`pope_prep`] (`x`'s from element `xs`): q̃ (`is_key = false`) or k̃ (`true`).
     #[cube]
     #[allow(clippy::too_many_arguments)]
     pub fn pope_row(
@@ -2687,6 +2775,7 @@ mod kernels {
         delta: &[f32],
         out: &mut [f32],
         r: usize,
+        xs: usize,
         seq: u32,
         heads: u32,
         #[comptime] d: usize,
@@ -2697,7 +2786,7 @@ mod kernels {
         let h = (r / l) % heads as usize;
         #[unroll]
         for c in 0..d {
-            let mu = softplus(x[r * d + c]);
+            let mu = softplus(x[xs + c]);
             let mut ang = pos * theta[c];
             if is_key {
                 ang += delta[h * d + c];
@@ -2709,7 +2798,10 @@ mod kernels {
 
     /// PoPE backward of [`pope_prep`], queries and keys in one launch as there: `gq`, `gk`:
     /// `[rows, 2d]` (`dq̃`, `dk̃`) → `dq`, `dk`: `[rows, d]` and, for keys, `dphase[r, c] =
-    /// ∂L/∂(angle)` (summed into `dδ` by the host).
+    /// ∂L/∂(angle)` (summed into `dδ` by the host). `x_token_major`: `q`, `k` and so `dq`, `dk`
+    /// stored `[batch, seq, heads, d]` ([`row_start`]); `gq`, `gk`, `dphase` are row-major.
+    /// With `carry`, units `2·rows ≤ r < 3·rows` copy row `r − 2·rows` of `gc` (row-major
+    /// `[rows, d]`) into `dc` in `q`'s layout (`dv` back into token-major).
     #[cube(launch, create_dummy_kernel)]
     pub fn pope_prep_bwd(
         q: &[f32],
@@ -2718,39 +2810,43 @@ mod kernels {
         delta: &[f32],
         gq: &[f32],
         gk: &[f32],
+        gc: &[f32],
         dq: &mut [f32],
         dk: &mut [f32],
+        dc: &mut [f32],
         dphase: &mut [f32],
         rows: u32,
         seq: u32,
         heads: u32,
         #[comptime] d: usize,
+        #[comptime] x_token_major: bool,
+        #[comptime] carry: bool,
     ) {
         let r = ABSOLUTE_POS;
         let rows = rows as usize;
-        if r >= 2 * rows {
+        let mut sets = 2usize;
+        if carry {
+            sets = 3usize;
+        }
+        if r >= sets * rows {
             terminate!();
         }
+        let row = r % rows;
+        let xs = row_start(row, seq, heads, d, x_token_major);
         if r < rows {
-            pope_row_bwd(q, theta, delta, gq, dq, dphase, r, seq, heads, d, false);
-        } else {
             pope_row_bwd(
-                k,
-                theta,
-                delta,
-                gk,
-                dk,
-                dphase,
-                r - rows,
-                seq,
-                heads,
-                d,
-                true,
+                q, theta, delta, gq, dq, dphase, row, xs, seq, heads, d, false,
             );
+        } else if r < 2 * rows {
+            pope_row_bwd(
+                k, theta, delta, gk, dk, dphase, row, xs, seq, heads, d, true,
+            );
+        } else {
+            copy_row(gc, dc, row * d, xs, d);
         }
     }
 
-    /// Row `r` of [`pope_prep_bwd`].
+    /// Row `r` of [`pope_prep_bwd`] (`x`'s and `dx`'s from element `xs`).
     #[cube]
     #[allow(clippy::too_many_arguments)]
     pub fn pope_row_bwd(
@@ -2761,6 +2857,7 @@ mod kernels {
         dx: &mut [f32],
         dphase: &mut [f32],
         r: usize,
+        xs: usize,
         seq: u32,
         heads: u32,
         #[comptime] d: usize,
@@ -2771,7 +2868,7 @@ mod kernels {
         let h = (r / l) % heads as usize;
         #[unroll]
         for c in 0..d {
-            let xv = x[r * d + c];
+            let xv = x[xs + c];
             let mut ang = pos * theta[c];
             if is_key {
                 ang += delta[h * d + c];
@@ -2781,7 +2878,7 @@ mod kernels {
             let gc = g[r * 2 * d + c];
             let gs = g[r * 2 * d + d + c];
             // ∂L/∂μ = g_c cos + g_s sin;  ∂μ/∂x = σ(x).
-            dx[r * d + c] = (gc * cs + gs * sn) * sigmoid(xv);
+            dx[xs + c] = (gc * cs + gs * sn) * sigmoid(xv);
             if is_key {
                 // ∂L/∂angle = μ (−g_c sin + g_s cos).
                 dphase[r * d + c] = softplus(xv) * (gs * cs - gc * sn);
@@ -2810,6 +2907,46 @@ fn prepare(t: CubeTensor, what: &str) -> CubeTensor {
         "{what}: not contiguous after into_contiguous"
     );
     t
+}
+
+/// Whether `t`, `[batch, heads, seq, head_dim]`, is stored densely as `[batch, seq, heads,
+/// head_dim]` (and not also contiguous, as it is when `heads` or `seq` is 1): the model's heads,
+/// split from the projections' output by `swap_dims(1, 2)` without a copy
+/// (`crate::model::Block::forward`).
+fn is_token_major(t: &CubeTensor) -> bool {
+    if t.dtype != DType::F32 || t.meta.is_tiled() || t.is_contiguous() {
+        return false;
+    }
+    let [b, h, l, d] = dims4(t);
+    let want = [l * h * d, d, h * d, 1];
+    let dims = [b, h, l, d];
+    let strides = t.meta.strides();
+    (0..4).all(|i| dims[i] == 1 || strides[i] == want[i])
+}
+
+/// `q`, `k` as the attention kernels read them: contiguous ([`prepare`]), except that RoPE's
+/// and PoPE's are kept as they are when both are token-major ([`is_token_major`]): those
+/// encodings' first kernel ([`rope_rotate`], [`pope_prep`]) reads them row by row wherever a row
+/// is (and copies a token-major `v` or `dout` into rows in the same launch, [`transform`]), and
+/// its inverse writes `dq`, `dk`, `dv` in that layout, as the forward kernels write `out`, so the
+/// model's head split and merge cost no copy launch (eight fewer per layer and step).
+fn kernel_qk(q: CubeTensor, k: CubeTensor, enc: &CubeEncoding) -> [CubeTensor; 2] {
+    let rotates = matches!(enc, CubeEncoding::Rope { .. } | CubeEncoding::Pope { .. });
+    if rotates && is_token_major(&q) && is_token_major(&k) {
+        return [q, k];
+    }
+    [prepare(q, "q"), prepare(k, "k")]
+}
+
+/// A new f32 tensor `[batch, heads, seq, head_dim]` on `like`'s device (uninitialised), stored
+/// `[batch, seq, heads, head_dim]` when `token_major` ([`is_token_major`]), contiguous otherwise.
+fn empty_heads(like: &CubeTensor, shape: [usize; 4], token_major: bool) -> CubeTensor {
+    let [b, h, l, d] = shape;
+    if token_major {
+        CubeBackend::float_swap_dims(empty_like(like, vec![b, l, h, d]), 1, 2)
+    } else {
+        empty_like(like, vec![b, h, l, d])
+    }
 }
 
 /// A new contiguous f32 tensor of `shape` on `like`'s device (uninitialised).
@@ -3356,18 +3493,40 @@ impl Plan {
     }
 }
 
-/// `(q̃, k̃)` for the dot-product encodings; `(q, k)` for NoPE and TAPA.
+/// `(q̃, k̃, c)`: `q̃`, `k̃` contiguous `[rows, w]` for the dot-product encodings, `(q, k)` for
+/// NoPE and TAPA; `c` is `carry` (`v` in the forward, `dout` in the backward) made contiguous,
+/// copied by the rotation's own launch when it and `q` are token-major ([`is_token_major`]: one
+/// launch fewer), by [`prepare`] otherwise. `q`, `k` as [`kernel_qk`] leaves them.
 fn transform(
     q: &CubeTensor,
     k: &CubeTensor,
+    carry: CubeTensor,
     enc: &CubeEncoding,
     plan: &Plan,
-) -> (CubeTensor, CubeTensor) {
-    // q's rows, then k's: one unit each.
-    let (count, dim) = launch_dims(q, 2 * plan.rows);
+) -> (CubeTensor, CubeTensor, CubeTensor) {
+    let shape = dims4(q);
+    let token_major = is_token_major(q);
+    let rotates = matches!(enc, CubeEncoding::Rope { .. } | CubeEncoding::Pope { .. });
+    let carried = rotates && token_major && is_token_major(&carry);
+    let (carry_in, carry_out) = if carried {
+        (carry, empty_like(q, shape.to_vec()))
+    } else {
+        let c = prepare(carry, "v or dout");
+        (c.clone(), c)
+    };
+    // Written only when carried: a one-element stand-in otherwise.
+    let out_c = if carried {
+        carry_out.clone()
+    } else {
+        empty_like(q, vec![1])
+    };
+    // q's rows, then k's (then the carried tensor's): one unit each.
+    let sets = if carried { 3 } else { 2 };
+    let (count, dim) = launch_dims(q, sets * plan.rows);
     let (rows, seq, d) = (plan.rows as u32, plan.seq as u32, plan.head_dim);
+    let heads = shape[1] as u32;
     match enc {
-        CubeEncoding::Nope | CubeEncoding::Tapa { .. } => (q.clone(), k.clone()),
+        CubeEncoding::Nope | CubeEncoding::Tapa { .. } => (q.clone(), k.clone(), carry_out),
         CubeEncoding::Rope {
             inv_freq,
             layout,
@@ -3385,22 +3544,27 @@ fn transform(
                 dim,
                 arg(q),
                 arg(k),
+                arg(&carry_in),
                 arg(&freqs),
                 arg(&out_q),
                 arg(&out_k),
+                arg(&out_c),
                 rows,
                 seq,
+                heads,
                 *attention_factor as f32,
                 d,
                 2 * inv_freq.len(),
                 *layout == PairLayout::Adjacent,
                 false,
+                token_major,
+                false,
+                carried,
             );
-            (out_q, out_k)
+            (out_q, out_k, carry_out)
         }
         CubeEncoding::Pope { theta, delta } => {
             let theta = upload(q, theta);
-            let heads = (delta.shape().num_elements() / d) as u32;
             let (out_q, out_k) = (
                 empty_like(q, vec![plan.rows, 2 * d]),
                 empty_like(k, vec![plan.rows, 2 * d]),
@@ -3412,16 +3576,20 @@ fn transform(
                 dim,
                 arg(q),
                 arg(k),
+                arg(&carry_in),
                 arg(&theta),
                 arg(delta),
                 arg(&out_q),
                 arg(&out_k),
+                arg(&out_c),
                 rows,
                 seq,
                 heads,
                 d,
+                token_major,
+                carried,
             );
-            (out_q, out_k)
+            (out_q, out_k, carry_out)
         }
     }
 }
@@ -3648,7 +3816,8 @@ fn prepare_encoding(enc: &CubeEncoding) -> CubeEncoding {
 ///
 /// `q`, `k`, `v`: `[batch, heads, seq, head_dim]` f32 on one cube device. Returns
 /// `(out [batch, heads, seq, head_dim], lse [batch, heads, seq])`, `lse` in nats (log of the
-/// softmax normaliser of each query row, scores as defined in the module docs).
+/// softmax normaliser of each query row, scores as defined in the module docs). `out` is stored
+/// as `q` is when RoPE's or PoPE's `q`, `k` are token-major ([`kernel_qk`]), contiguous otherwise.
 ///
 /// # Panics
 /// On mismatched shapes, a non-f32 dtype, or encoding parameters of the wrong length.
@@ -3658,13 +3827,27 @@ pub fn forward(
     v: CubeTensor,
     params: &CubeAttentionParams,
 ) -> (CubeTensor, CubeTensor) {
+    let (out, lse, _) = forward_saving(q, k, v, params);
+    (out, lse)
+}
+
+/// [`forward`], with `q`, `k`, `v` as its kernels read them (see [`AttentionOutput::qkv`]).
+fn forward_saving(
+    q: CubeTensor,
+    k: CubeTensor,
+    v: CubeTensor,
+    params: &CubeAttentionParams,
+) -> (CubeTensor, CubeTensor, [CubeTensor; 3]) {
     let shape = validate(&q, &k, &v);
-    let (q, k, v) = (prepare(q, "q"), prepare(k, "k"), prepare(v, "v"));
     let enc = prepare_encoding(&params.encoding);
+    let [q, k] = kernel_qk(q, k, &enc);
     let plan = Plan::new(shape, &enc);
-    let (qt, kt) = transform(&q, &k, &enc, &plan);
+    let (qt, kt, v) = transform(&q, &k, v, &enc, &plan);
     let [b, h, l, d] = shape;
-    let out = empty_like(&q, vec![b, h, l, d]);
+    // The output in q's layout: token-major (RoPE's, PoPE's in the model) merges its heads
+    // without a copy.
+    let token_major = is_token_major(&q);
+    let out = empty_heads(&q, shape, token_major);
     let lse = empty_like(&q, vec![b, h, l]);
     if let Some(path) = cmma_path(&q.client, &params.strategy, &plan) {
         let planes = cmma_fwd_planes(&params.strategy, &plan, max_shared(&q.client));
@@ -3679,6 +3862,7 @@ pub fn forward(
             arg(&out),
             arg(&lse),
             plan.seq as u32,
+            h as u32,
             plan.scale,
             plan.inv_sqrt_a,
             plan.inv_sqrt_p,
@@ -3690,8 +3874,9 @@ pub fn forward(
             plan.linear,
             planes,
             path == CmmaPath::Emulated,
+            token_major,
         );
-        return (out, lse);
+        return (out, lse, [q, k, v]);
     }
     match tiling(&params.strategy, &plan) {
         None => {
@@ -3708,6 +3893,7 @@ pub fn forward(
                 arg(&lse),
                 plan.rows as u32,
                 plan.seq as u32,
+                h as u32,
                 plan.scale,
                 plan.inv_sqrt_a,
                 plan.inv_sqrt_p,
@@ -3717,6 +3903,7 @@ pub fn forward(
                 plan.tapa,
                 plan.amp,
                 plan.linear,
+                token_major,
             );
         }
         Some((bn, count, dim)) => {
@@ -3731,6 +3918,7 @@ pub fn forward(
                 arg(&out),
                 arg(&lse),
                 plan.seq as u32,
+                h as u32,
                 plan.scale,
                 plan.inv_sqrt_a,
                 plan.inv_sqrt_p,
@@ -3741,10 +3929,11 @@ pub fn forward(
                 plan.amp,
                 plan.linear,
                 bn,
+                token_major,
             );
         }
     }
-    (out, lse)
+    (out, lse, [q, k, v])
 }
 
 /// The causal attention forward of CubeCL's own library kernel — cubek-attention's flash
@@ -3775,7 +3964,7 @@ pub fn library_forward(
     if plan.tapa {
         return Err("TAPA's score is not a dot product: no library kernel computes it".into());
     }
-    let (qt, kt) = transform(&q, &k, &enc, &plan);
+    let (qt, kt, v) = transform(&q, &k, v, &enc, &plan);
     let [b, h, l, _] = shape;
     let rows = |t: CubeTensor, w: usize| {
         let t = CubeBackend::float_reshape(t, Shape::from(vec![b, h, l, w]));
@@ -3817,15 +4006,19 @@ pub fn backward(
         b * h * l,
         "lse must be [batch, heads, seq]"
     );
-    let (q, k, v) = (prepare(q, "q"), prepare(k, "k"), prepare(v, "v"));
-    let (out, lse, dout) = (
-        prepare(out, "out"),
-        prepare(lse, "lse"),
-        prepare(dout, "dout"),
-    );
     let enc = prepare_encoding(&params.encoding);
+    let [q, k] = kernel_qk(q, k, &enc);
+    let token_major = is_token_major(&q);
+    // The forward's output in q's layout ([`forward`]): read in place by `row_dot`.
+    let out = if token_major && is_token_major(&out) {
+        out
+    } else {
+        prepare(out, "out")
+    };
+    let out_token_major = is_token_major(&out);
+    let (v, lse) = (prepare(v, "v"), prepare(lse, "lse"));
     let plan = Plan::new(shape, &enc);
-    let (qt, kt) = transform(&q, &k, &enc, &plan);
+    let (qt, kt, dout) = transform(&q, &k, dout, &enc, &plan);
     let (count, dim) = launch_dims(&q, plan.rows);
     let client = q.client.clone();
     let (rows, seq) = (plan.rows as u32, plan.seq as u32);
@@ -3840,7 +4033,10 @@ pub fn backward(
         arg(&out),
         arg(&delta),
         rows,
+        seq,
+        h as u32,
         d,
+        out_token_major,
     );
 
     let dqt = empty_like(&q, vec![plan.rows, plan.w]);
@@ -4031,6 +4227,17 @@ pub fn backward(
     let reshape = |t: CubeTensor| -> CubeTensor {
         CubeBackend::float_reshape(t, Shape::from(vec![b, h, l, d]))
     };
+    // The rotations' inverse writes dq, dk in q's layout and, when that is token-major, copies
+    // dv into it in the same launch: the model merges the heads again without a copy launch.
+    // (token-major: NoPE's and TAPA's q never is, [`kernel_qk`].) `dv_out` is written only then:
+    // a one-element stand-in otherwise.
+    let (dv_rows, dv, dv_out) = if token_major {
+        let t = empty_heads(&q, shape, true);
+        (dv, t.clone(), t)
+    } else {
+        (dv.clone(), dv, empty_like(&q, vec![1]))
+    };
+    let sets = if token_major { 3 } else { 2 };
     match &enc {
         CubeEncoding::Nope | CubeEncoding::Tapa { .. } => CubeGrads {
             dq: reshape(dqt),
@@ -4044,27 +4251,34 @@ pub fn backward(
             attention_factor,
         } => {
             let freqs = upload(&q, inv_freq);
+            // dq, dk in q's layout: token-major ones need no copy to merge the heads again.
             let (dq, dk) = (
-                empty_like(&dqt, vec![b, h, l, d]),
-                empty_like(&dkt, vec![b, h, l, d]),
+                empty_heads(&dqt, shape, token_major),
+                empty_heads(&dkt, shape, token_major),
             );
             launch!(
                 rope_rotate,
                 &client,
-                launch_dims(&q, 2 * plan.rows).0,
+                launch_dims(&q, sets * plan.rows).0,
                 dim,
                 arg(&dqt),
                 arg(&dkt),
+                arg(&dv_rows),
                 arg(&freqs),
                 arg(&dq),
                 arg(&dk),
+                arg(&dv_out),
                 rows,
                 seq,
+                h as u32,
                 *attention_factor as f32,
                 d,
                 2 * inv_freq.len(),
                 *layout == PairLayout::Adjacent,
                 true,
+                false,
+                token_major,
+                token_major,
             );
             CubeGrads {
                 dq,
@@ -4078,13 +4292,13 @@ pub fn backward(
             let heads = (delta.shape().num_elements() / d) as u32;
             let dphase = empty_like(&q, vec![b, h, l, d]);
             let (dq, dk) = (
-                empty_like(&q, vec![b, h, l, d]),
-                empty_like(&k, vec![b, h, l, d]),
+                empty_heads(&q, shape, token_major),
+                empty_heads(&k, shape, token_major),
             );
             launch!(
                 pope_prep_bwd,
                 &client,
-                launch_dims(&q, 2 * plan.rows).0,
+                launch_dims(&q, sets * plan.rows).0,
                 dim,
                 arg(&q),
                 arg(&k),
@@ -4092,13 +4306,17 @@ pub fn backward(
                 arg(delta),
                 arg(&dqt),
                 arg(&dkt),
+                arg(&dv_rows),
                 arg(&dq),
                 arg(&dk),
+                arg(&dv_out),
                 arg(&dphase),
                 rows,
                 seq,
                 heads,
                 d,
+                token_major,
+                token_major,
             );
             // dδ[h, c] = Σ_{b, j} dphase[b, h, j, c].
             let s = CubeBackend::float_sum_dim(dphase, 2);
@@ -4299,8 +4517,10 @@ pub struct AttentionOutput<B: burn::backend::Backend> {
     /// Log-sum-exp of each query row, `[batch, heads, seq]`, nats.
     pub lse: FloatTensor<B>,
     /// `q`, `k`, `v` as the kernels read them (contiguous copies of strided inputs, such as the
-    /// model's heads split by `swap_dims`; the inputs themselves otherwise): what the backward
-    /// should be given, so that it does not copy them again.
+    /// model's heads split by `swap_dims`, made by [`prepare`] or, for RoPE's and PoPE's `v`, by
+    /// their rotation's launch; the inputs themselves otherwise, RoPE's and PoPE's token-major
+    /// `q`, `k` included: [`kernel_qk`]): what the backward should be given, so that it does not
+    /// copy them again.
     pub qkv: [FloatTensor<B>; 3],
 }
 
@@ -4313,12 +4533,11 @@ fn eager_forward<B: CubePrimitives>(
     spec: &AttentionSpec,
 ) -> AttentionOutput<B> {
     let params = spec.params(delta.map(B::to_cube));
-    let [q, k, v] = [(q, "q"), (k, "k"), (v, "v")].map(|(t, what)| prepare(B::to_cube(t), what));
-    let (out, lse) = forward(q.clone(), k.clone(), v.clone(), &params);
+    let (out, lse, qkv) = forward_saving(B::to_cube(q), B::to_cube(k), B::to_cube(v), &params);
     AttentionOutput {
         out: B::from_cube(out),
         lse: B::from_cube(lse),
-        qkv: [q, k, v].map(B::from_cube),
+        qkv: qkv.map(B::from_cube),
     }
 }
 
@@ -4585,9 +4804,8 @@ impl CubePrimitives for FusionCube {
         let spec = spec.clone();
         let mut outputs = register_lazy("lab_attention_forward", inputs, output_shapes, move |t| {
             let params = spec.params(t.get(3).cloned());
-            let [q, k, v] =
-                [(0, "q"), (1, "k"), (2, "v")].map(|(i, what)| prepare(t[i].clone(), what));
-            let (out, lse) = forward(q.clone(), k.clone(), v.clone(), &params);
+            let (out, lse, [q, k, v]) =
+                forward_saving(t[0].clone(), t[1].clone(), t[2].clone(), &params);
             vec![out, lse, q, k, v]
         })
         .into_iter();

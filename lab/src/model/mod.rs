@@ -572,6 +572,10 @@ pub struct LayerQk {
 }
 
 impl Block {
+    /// `[batch, seq, d_model]` → `[batch, heads, seq, head_dim]`, a strided view (no copy). The
+    /// CubeCL kernels of RoPE and PoPE read it in place and give the output and the gradients back
+    /// in the same layout, so that the merge after the attention is free too
+    /// (`kernels::cube::kernel_qk`); other consumers copy it.
     fn split_heads(&self, x: Tensor<3>) -> Tensor<4> {
         let [b, l, d] = x.dims();
         x.reshape([b, l, self.n_heads, d / self.n_heads])
