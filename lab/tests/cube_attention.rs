@@ -114,14 +114,14 @@ fn cube_hand_computed_lse() {
 
 /// The model's heads, split from `[batch, seq, heads, head_dim]` by `swap_dims(1, 2)` without a
 /// copy ("token-major"), give the same forward and backward as contiguous heads, for every
-/// layout: RoPE's and PoPE's first kernel reads them in place, and `out`, `dq`, `dk`, `dv` come
-/// back in that layout (so merging the heads again needs no copy); NoPE's are copied first, its
-/// outputs contiguous.
+/// encoding kind and layout, and `out`, `dq`, `dk`, `dv` come back in that layout (so merging the
+/// heads again needs no copy): RoPE's and PoPE's first kernel reads them in place, NoPE's and
+/// TAPA's are copied into rows by one launch.
 #[test]
 fn token_major_heads_match_contiguous_heads() {
     use burn::backend::ops::FloatTensorOps;
     use burn_cubecl::CubeBackend;
-    use lab::kernels::map::PairLayout;
+    use lab::kernels::map::{PairLayout, TapaPhase};
     let dev = wgpu();
     let [b, h, l, d] = [2usize, 3, 7, 8];
     let n = b * h * l * d;
@@ -165,6 +165,22 @@ fn token_major_heads_match_contiguous_heads() {
                     inv_freq: vec![1.0, 0.5, 0.25, 0.125],
                     layout: PairLayout::RotateHalf,
                     attention_factor: 1.1,
+                },
+            ),
+            (
+                "tapa",
+                CubeEncoding::Tapa {
+                    amp_dim: 4,
+                    alpha: 0.1,
+                    phase: TapaPhase::Quadratic,
+                },
+            ),
+            (
+                "tapa-linear",
+                CubeEncoding::Tapa {
+                    amp_dim: 3,
+                    alpha: 0.2,
+                    phase: TapaPhase::Linear,
                 },
             ),
             (
@@ -226,7 +242,7 @@ fn token_major_heads_match_contiguous_heads() {
                 for ((part, contiguous, got), (_, _, want)) in
                     run(&token_major, dout_heads).into_iter().zip(&reference)
                 {
-                    let layout_kept = name != "nope" && part != "lse" && part != "dδ";
+                    let layout_kept = part != "lse" && part != "dδ";
                     assert_eq!(
                         contiguous, !layout_kept,
                         "{what}, {layout}: {part}'s layout"

@@ -2608,6 +2608,48 @@ mod kernels {
         }
     }
 
+    /// Two or three (`carry`) `[batch, heads, seq, d]` tensors copied in one launch, one row per
+    /// unit, between the layouts `x_token_major` and `out_token_major` say ([`row_start`]):
+    /// units `r < rows` copy row `r` of `x0` into `out0`, `rows ≤ r < 2·rows` of `x1` into `out1`,
+    /// `2·rows ≤ r < 3·rows` of `x2` into `out2` (without `carry`, those two are not read) —
+    /// NoPE's and TAPA's heads into rows (q, k and `v` or `dout`) and their gradients back.
+    #[cube(launch, create_dummy_kernel)]
+    pub fn copy_rows(
+        x0: &[f32],
+        x1: &[f32],
+        x2: &[f32],
+        out0: &mut [f32],
+        out1: &mut [f32],
+        out2: &mut [f32],
+        rows: u32,
+        seq: u32,
+        heads: u32,
+        #[comptime] d: usize,
+        #[comptime] x_token_major: bool,
+        #[comptime] out_token_major: bool,
+        #[comptime] carry: bool,
+    ) {
+        let r = ABSOLUTE_POS;
+        let rows = rows as usize;
+        let mut sets = 2usize;
+        if carry {
+            sets = 3usize;
+        }
+        if r >= sets * rows {
+            terminate!();
+        }
+        let row = r % rows;
+        let xs = row_start(row, seq, heads, d, x_token_major);
+        let os = row_start(row, seq, heads, d, out_token_major);
+        if r < rows {
+            copy_row(x0, out0, xs, os, d);
+        } else if r < 2 * rows {
+            copy_row(x1, out1, xs, os, d);
+        } else {
+            copy_row(x2, out2, xs, os, d);
+        }
+    }
+
     /// Where logical row `r` of a `[batch, heads, seq, d]` tensor starts in its buffer: `r·d`
     /// when it is stored as such; when it is stored `[batch, seq, heads, d]` (`token_major`:
     /// the projections' layout, which the model's `swap_dims(1, 2)` splits into heads without
@@ -2924,15 +2966,16 @@ fn is_token_major(t: &CubeTensor) -> bool {
     (0..4).all(|i| dims[i] == 1 || strides[i] == want[i])
 }
 
-/// `q`, `k` as the attention kernels read them: contiguous ([`prepare`]), except that RoPE's
-/// and PoPE's are kept as they are when both are token-major ([`is_token_major`]): those
-/// encodings' first kernel ([`rope_rotate`], [`pope_prep`]) reads them row by row wherever a row
-/// is (and copies a token-major `v` or `dout` into rows in the same launch, [`transform`]), and
-/// its inverse writes `dq`, `dk`, `dv` in that layout, as the forward kernels write `out`, so the
-/// model's head split and merge cost no copy launch (eight fewer per layer and step).
-fn kernel_qk(q: CubeTensor, k: CubeTensor, enc: &CubeEncoding) -> [CubeTensor; 2] {
-    let rotates = matches!(enc, CubeEncoding::Rope { .. } | CubeEncoding::Pope { .. });
-    if rotates && is_token_major(&q) && is_token_major(&k) {
+/// `q`, `k` as the attention's first kernel reads them: kept as they are when both are
+/// token-major ([`is_token_major`]), contiguous ([`prepare`]) otherwise. RoPE's and PoPE's first
+/// kernel ([`rope_rotate`], [`pope_prep`]) reads them row by row wherever a row is and copies a
+/// token-major `v` or `dout` into rows in the same launch ([`transform`]); its inverse writes
+/// `dq`, `dk`, `dv` in that layout, as the forward kernels write `out`: the model's head split
+/// and merge cost no copy launch (eight fewer per layer and step). NoPE's and TAPA's attention
+/// kernels read rows, so one [`copy_rows`] launch makes them (q, k and `v` or `dout`) and one
+/// more gives the gradients back in that layout (three launches per layer and step for eight).
+fn kernel_qk(q: CubeTensor, k: CubeTensor) -> [CubeTensor; 2] {
+    if is_token_major(&q) && is_token_major(&k) {
         return [q, k];
     }
     [prepare(q, "q"), prepare(k, "k")]
@@ -3493,10 +3536,11 @@ impl Plan {
     }
 }
 
-/// `(q̃, k̃, c)`: `q̃`, `k̃` contiguous `[rows, w]` for the dot-product encodings, `(q, k)` for
-/// NoPE and TAPA; `c` is `carry` (`v` in the forward, `dout` in the backward) made contiguous,
-/// copied by the rotation's own launch when it and `q` are token-major ([`is_token_major`]: one
-/// launch fewer), by [`prepare`] otherwise. `q`, `k` as [`kernel_qk`] leaves them.
+/// `(q̃, k̃, c)`: `q̃`, `k̃` contiguous `[rows, w]` for the dot-product encodings, `(q, k)` as
+/// contiguous rows for NoPE and TAPA (copied by [`copy_rows`] when token-major); `c` is `carry`
+/// (`v` in the forward, `dout` in the backward) made contiguous, copied by the same launch when it
+/// and `q` are token-major ([`is_token_major`]: one launch fewer), by [`prepare`] otherwise. `q`,
+/// `k` as [`kernel_qk`] leaves them.
 fn transform(
     q: &CubeTensor,
     k: &CubeTensor,
@@ -3506,8 +3550,7 @@ fn transform(
 ) -> (CubeTensor, CubeTensor, CubeTensor) {
     let shape = dims4(q);
     let token_major = is_token_major(q);
-    let rotates = matches!(enc, CubeEncoding::Rope { .. } | CubeEncoding::Pope { .. });
-    let carried = rotates && token_major && is_token_major(&carry);
+    let carried = token_major && is_token_major(&carry);
     let (carry_in, carry_out) = if carried {
         (carry, empty_like(q, shape.to_vec()))
     } else {
@@ -3526,7 +3569,32 @@ fn transform(
     let (rows, seq, d) = (plan.rows as u32, plan.seq as u32, plan.head_dim);
     let heads = shape[1] as u32;
     match enc {
-        CubeEncoding::Nope | CubeEncoding::Tapa { .. } => (q.clone(), k.clone(), carry_out),
+        CubeEncoding::Nope | CubeEncoding::Tapa { .. } if !token_major => {
+            (q.clone(), k.clone(), carry_out)
+        }
+        CubeEncoding::Nope | CubeEncoding::Tapa { .. } => {
+            let (out_q, out_k) = (empty_like(q, shape.to_vec()), empty_like(k, shape.to_vec()));
+            launch!(
+                copy_rows,
+                &q.client,
+                count,
+                dim,
+                arg(q),
+                arg(k),
+                arg(&carry_in),
+                arg(&out_q),
+                arg(&out_k),
+                arg(&out_c),
+                rows,
+                seq,
+                heads,
+                d,
+                true,
+                false,
+                carried,
+            );
+            (out_q, out_k, carry_out)
+        }
         CubeEncoding::Rope {
             inv_freq,
             layout,
@@ -3840,7 +3908,7 @@ fn forward_saving(
 ) -> (CubeTensor, CubeTensor, [CubeTensor; 3]) {
     let shape = validate(&q, &k, &v);
     let enc = prepare_encoding(&params.encoding);
-    let [q, k] = kernel_qk(q, k, &enc);
+    let [q, k] = kernel_qk(q, k);
     let plan = Plan::new(shape, &enc);
     let (qt, kt, v) = transform(&q, &k, v, &enc, &plan);
     let [b, h, l, d] = shape;
@@ -4007,7 +4075,7 @@ pub fn backward(
         "lse must be [batch, heads, seq]"
     );
     let enc = prepare_encoding(&params.encoding);
-    let [q, k] = kernel_qk(q, k, &enc);
+    let [q, k] = kernel_qk(q, k);
     let token_major = is_token_major(&q);
     // The forward's output in q's layout ([`forward`]): read in place by `row_dot`.
     let out = if token_major && is_token_major(&out) {
@@ -4227,10 +4295,10 @@ pub fn backward(
     let reshape = |t: CubeTensor| -> CubeTensor {
         CubeBackend::float_reshape(t, Shape::from(vec![b, h, l, d]))
     };
-    // The rotations' inverse writes dq, dk in q's layout and, when that is token-major, copies
-    // dv into it in the same launch: the model merges the heads again without a copy launch.
-    // (token-major: NoPE's and TAPA's q never is, [`kernel_qk`].) `dv_out` is written only then:
-    // a one-element stand-in otherwise.
+    // The rotations' inverse (NoPE's and TAPA's `copy_rows`) writes dq, dk in q's layout and,
+    // when that is token-major, copies dv into it in the same launch: the model merges the heads
+    // again without a copy launch of its own. `dv_out` is written only then: a one-element
+    // stand-in otherwise.
     let (dv_rows, dv, dv_out) = if token_major {
         let t = empty_heads(&q, shape, true);
         (dv, t.clone(), t)
@@ -4239,12 +4307,40 @@ pub fn backward(
     };
     let sets = if token_major { 3 } else { 2 };
     match &enc {
-        CubeEncoding::Nope | CubeEncoding::Tapa { .. } => CubeGrads {
+        CubeEncoding::Nope | CubeEncoding::Tapa { .. } if !token_major => CubeGrads {
             dq: reshape(dqt),
             dk: reshape(dkt),
             dv,
             ddelta: None,
         },
+        CubeEncoding::Nope | CubeEncoding::Tapa { .. } => {
+            let (dq, dk) = (empty_heads(&q, shape, true), empty_heads(&k, shape, true));
+            launch!(
+                copy_rows,
+                &client,
+                launch_dims(&q, sets * plan.rows).0,
+                dim,
+                arg(&dqt),
+                arg(&dkt),
+                arg(&dv_rows),
+                arg(&dq),
+                arg(&dk),
+                arg(&dv_out),
+                rows,
+                seq,
+                h as u32,
+                d,
+                false,
+                true,
+                true,
+            );
+            CubeGrads {
+                dq,
+                dk,
+                dv,
+                ddelta: None,
+            }
+        }
         CubeEncoding::Rope {
             inv_freq,
             layout,
