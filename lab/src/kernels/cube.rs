@@ -56,8 +56,9 @@
 //! `−1e30`, so no `exp(−∞ − −∞)` can occur.
 //!
 //! Layout: `q`, `k`, `v`, `out`, `dout`: `[batch, heads, seq, head_dim]` f32 (made contiguous on
-//! entry, except RoPE's and PoPE's heads stored `[batch, seq, heads, head_dim]`, which their first
-//! kernel reads in place and their outputs keep: [`kernel_qk`]); `lse`: `[batch, heads, seq]`.
+//! entry, except heads stored `[batch, seq, heads, head_dim]`, which RoPE's and PoPE's first kernel
+//! reads in place, NoPE's and TAPA's copies in one launch, and whose layout the outputs keep:
+//! [`kernel_qk`]); `lse`: `[batch, heads, seq]`.
 //! Angles are computed on the device in f32 (`pos·θ`, as PyTorch implementations of RoPE do); the
 //! CPU reference builds its tables in f64.
 
@@ -3885,7 +3886,7 @@ fn prepare_encoding(enc: &CubeEncoding) -> CubeEncoding {
 /// `q`, `k`, `v`: `[batch, heads, seq, head_dim]` f32 on one cube device. Returns
 /// `(out [batch, heads, seq, head_dim], lse [batch, heads, seq])`, `lse` in nats (log of the
 /// softmax normaliser of each query row, scores as defined in the module docs). `out` is stored
-/// as `q` is when RoPE's or PoPE's `q`, `k` are token-major ([`kernel_qk`]), contiguous otherwise.
+/// as `q` is when `q`, `k` are token-major ([`kernel_qk`]), contiguous otherwise.
 ///
 /// # Panics
 /// On mismatched shapes, a non-f32 dtype, or encoding parameters of the wrong length.
@@ -3912,8 +3913,8 @@ fn forward_saving(
     let plan = Plan::new(shape, &enc);
     let (qt, kt, v) = transform(&q, &k, v, &enc, &plan);
     let [b, h, l, d] = shape;
-    // The output in q's layout: token-major (RoPE's, PoPE's in the model) merges its heads
-    // without a copy.
+    // The output in q's layout: a token-major one (the model's heads) merges its heads without a
+    // copy.
     let token_major = is_token_major(&q);
     let out = empty_heads(&q, shape, token_major);
     let lse = empty_like(&q, vec![b, h, l]);
@@ -4612,11 +4613,11 @@ pub struct AttentionOutput<B: burn::backend::Backend> {
     pub out: FloatTensor<B>,
     /// Log-sum-exp of each query row, `[batch, heads, seq]`, nats.
     pub lse: FloatTensor<B>,
-    /// `q`, `k`, `v` as the kernels read them (contiguous copies of strided inputs, such as the
-    /// model's heads split by `swap_dims`, made by [`prepare`] or, for RoPE's and PoPE's `v`, by
-    /// their rotation's launch; the inputs themselves otherwise, RoPE's and PoPE's token-major
-    /// `q`, `k` included: [`kernel_qk`]): what the backward should be given, so that it does not
-    /// copy them again.
+    /// `q`, `k`, `v` as the backward should be given them: token-major `q`, `k` as they are (the
+    /// model's heads split by `swap_dims`, [`kernel_qk`]: the backward's first launch reads them,
+    /// and their layout is the gradients'), other strided ones as contiguous copies; `v` as the
+    /// kernels read it, a contiguous copy of a strided one (made by [`prepare`] or, token-major,
+    /// by the first launch), so that the backward does not copy it again.
     pub qkv: [FloatTensor<B>; 3],
 }
 

@@ -573,7 +573,8 @@ pub struct LayerQk {
 
 impl Block {
     /// `[batch, seq, d_model]` → `[batch, heads, seq, head_dim]`, a strided view (no copy). The
-    /// CubeCL kernels of RoPE and PoPE read it in place and give the output and the gradients back
+    /// CubeCL attention takes it as it is (RoPE's and PoPE's first kernel reads it in place,
+    /// NoPE's and TAPA's copies q, k, v in one launch) and gives the output and the gradients back
     /// in the same layout, so that the merge after the attention is free too
     /// (`kernels::cube::kernel_qk`); other consumers copy it.
     fn split_heads(&self, x: Tensor<3>) -> Tensor<4> {
