@@ -2576,10 +2576,7 @@ mod kernels {
     ) {
         let r = ABSOLUTE_POS;
         let rows = rows as usize;
-        let mut sets = 2usize;
-        if carry {
-            sets = 3usize;
-        }
+        let sets = comptime!(if carry { 3usize } else { 2usize });
         if r >= sets * rows {
             terminate!();
         }
@@ -2632,10 +2629,7 @@ mod kernels {
     ) {
         let r = ABSOLUTE_POS;
         let rows = rows as usize;
-        let mut sets = 2usize;
-        if carry {
-            sets = 3usize;
-        }
+        let sets = comptime!(if carry { 3usize } else { 2usize });
         if r >= sets * rows {
             terminate!();
         }
@@ -2791,10 +2785,7 @@ mod kernels {
     ) {
         let r = ABSOLUTE_POS;
         let rows = rows as usize;
-        let mut sets = 2usize;
-        if carry {
-            sets = 3usize;
-        }
+        let sets = comptime!(if carry { 3usize } else { 2usize });
         if r >= sets * rows {
             terminate!();
         }
@@ -2867,10 +2858,7 @@ mod kernels {
     ) {
         let r = ABSOLUTE_POS;
         let rows = rows as usize;
-        let mut sets = 2usize;
-        if carry {
-            sets = 3usize;
-        }
+        let sets = comptime!(if carry { 3usize } else { 2usize });
         if r >= sets * rows {
             terminate!();
         }
