@@ -584,11 +584,13 @@ impl Block {
     }
 
     /// `x`: `[batch, seq, d_model]` → same shape. `mask`: `[seq, seq]`, true where a key is
-    /// hidden (key position > query position). Pushes this layer's q/k to `qk` when given.
+    /// hidden (key position > query position); read by the reference attention only (the fused
+    /// kernels mask by position), which panics without it. Pushes this layer's q/k to `qk` when
+    /// given.
     pub fn forward(
         &self,
         x: Tensor<3>,
-        mask: &Tensor<2, Bool>,
+        mask: Option<&Tensor<2, Bool>>,
         qk: Option<&mut Vec<LayerQk>>,
     ) -> Tensor<3> {
         let [b, l, d] = x.dims();
@@ -617,7 +619,13 @@ impl Block {
             });
         }
         let out = match self.kernel {
-            AttentionKernel::Reference => causal_attention(&self.positional, q, k, v, mask),
+            AttentionKernel::Reference => causal_attention(
+                &self.positional,
+                q,
+                k,
+                v,
+                mask.expect("the reference attention needs the causal mask"),
+            ),
             AttentionKernel::Fused | AttentionKernel::Fast => {
                 let (encoding, delta) = self.positional.kernel_encoding();
                 crate::kernels::positional_attention(q, k, v, delta, encoding)
@@ -779,10 +787,16 @@ impl Transformer {
     ) -> Tensor<3> {
         let [_, l] = tokens.dims();
         let device = tokens.device();
-        let mask = causal_mask(l, &device);
+        // Only the reference attention reads the mask: the fused kernels skip building it (a few
+        // launches per step on CubeCL devices).
+        let reference = self
+            .blocks
+            .iter()
+            .any(|b| b.kernel == AttentionKernel::Reference);
+        let mask = reference.then(|| causal_mask(l, &device));
         let mut x = embedding(self.token_embedding.val(), tokens);
         for block in &self.blocks {
-            x = block.forward(x, &mask, qk.as_deref_mut());
+            x = block.forward(x, mask.as_ref(), qk.as_deref_mut());
         }
         let x = if self.kernel.fused_pointwise(&device) {
             crate::kernels::pointwise::rms_norm(x, self.final_norm.val())
