@@ -22,7 +22,7 @@ use tasks::{Example, Split};
 
 use crate::config::{RunConfig, StopRule};
 use crate::fast::{FastAdamW, FastModel};
-use crate::model::{AttentionKernel, Transformer, masked_cross_entropy};
+use crate::model::{AttentionKernel, Transformer, masked_cross_entropy_for};
 use crate::probe;
 
 /// Learning rate at 0-based `step`: linear warm-up to `lr` over `warmup_steps` (reaching `lr`
@@ -513,7 +513,13 @@ pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evalua
             .expect("config validated");
         let batch = to_batch(&examples, &eval_device);
         let (logits, qk) = model.forward_with_qk(batch.inputs.clone());
-        let (loss, ok) = masked_cross_entropy(logits, batch.targets, batch.mask, batch.n_scored);
+        let (loss, ok) = masked_cross_entropy_for(
+            model.kernel,
+            logits,
+            batch.targets,
+            batch.mask,
+            batch.n_scored,
+        );
         loss_sum += loss.into_scalar::<f32>() as f64 * batch.n_scored as f64;
         correct += ok.into_scalar::<f32>() as f64;
         scored += batch.n_scored;
@@ -628,7 +634,13 @@ fn step_with_checks(
 ) -> (Transformer, Result<StepResult, String>) {
     let batch = to_batch(examples, device);
     let logits = model.forward(batch.inputs);
-    let (loss, correct) = masked_cross_entropy(logits, batch.targets, batch.mask, batch.n_scored);
+    let (loss, correct) = masked_cross_entropy_for(
+        model.kernel,
+        logits,
+        batch.targets,
+        batch.mask,
+        batch.n_scored,
+    );
     #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
     if step_reads() == StepReads::Once && !crate::kernels::is_flex(device) {
         let loss = ScoredLoss {
@@ -722,7 +734,7 @@ pub fn step_reads() -> StepReads {
     STEP_READS.get()
 }
 
-/// A batch's loss as [`masked_cross_entropy`] gives it, not yet read back.
+/// A batch's loss as [`masked_cross_entropy_for`] gives it, not yet read back.
 #[cfg(any(feature = "wgpu", feature = "cuda-plain"))]
 struct ScoredLoss {
     /// `[1]`, on the autodiff device.

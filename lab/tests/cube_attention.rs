@@ -258,6 +258,92 @@ fn token_major_heads_match_contiguous_heads() {
     }
 }
 
+/// The fused masked cross-entropy on wgpu (`model::masked_cross_entropy_for` with the fused
+/// kernels: `xent_fwd`, `xent_bwd`) gives burn's tensor-operation loss, correct count and logit
+/// gradient (`model::masked_cross_entropy`), and the loss and count a direct f64 computation gives;
+/// the reference kernel and `LAB_POINTWISE=ops` keep burn's operations. Rows with a tie for the
+/// maximum test the first-maximum rule of burn's `argmax`.
+#[test]
+fn fused_cross_entropy_matches_the_tensor_ops() {
+    use burn::tensor::{Int, Tensor, TensorData};
+    use lab::model::{AttentionKernel, masked_cross_entropy, masked_cross_entropy_for};
+    let dev = wgpu().autodiff();
+    let (b, l, v) = (3usize, 5usize, 7usize);
+    let mut logits: Vec<f32> = (0..b * l * v)
+        .map(|i| ((i * 37 % 23) as f32 - 11.0) / 4.0)
+        .collect();
+    // Row 4: logits 2 and 5 tie at the maximum.
+    logits[4 * v + 2] = 9.0;
+    logits[4 * v + 5] = 9.0;
+    let targets: Vec<i64> = (0..b * l).map(|i| (i * 5 % v) as i64).collect();
+    let mut targets = targets;
+    targets[4] = 2;
+    let mask: Vec<f32> = (0..b * l)
+        .map(|i| if i % 4 == 3 { 0.0 } else { 1.0 })
+        .collect();
+    let n = mask.iter().filter(|&&m| m > 0.0).count();
+    let scalar = |t: Tensor<1>| t.into_data().try_to_vec::<f32>().unwrap()[0];
+    let run = |fused: bool| {
+        let x =
+            Tensor::<3>::from_data(TensorData::new(logits.clone(), [b, l, v]), &dev).require_grad();
+        let t = Tensor::<2, Int>::from_data(TensorData::new(targets.clone(), [b, l]), &dev);
+        let m = Tensor::<2>::from_data(TensorData::new(mask.clone(), [b, l]), &dev);
+        let (loss, correct) = if fused {
+            masked_cross_entropy_for(AttentionKernel::Fused, x.clone(), t, m, n)
+        } else {
+            masked_cross_entropy(x.clone(), t, m, n)
+        };
+        let grads = (loss.clone() * 3.0).backward();
+        let dx = x
+            .grad(&grads)
+            .unwrap()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        (scalar(loss), scalar(correct), dx)
+    };
+    let (loss_f, correct_f, dx_f) = run(true);
+    let (loss_o, correct_o, dx_o) = run(false);
+    // Direct: mean over scored rows of logsumexp − picked; argmax the first maximum.
+    let (mut want_loss, mut want_correct) = (0.0f64, 0.0f64);
+    for r in (0..b * l).filter(|&r| mask[r] > 0.0) {
+        let row = &logits[r * v..(r + 1) * v];
+        let m = row.iter().fold(f32::MIN, |a, &x| a.max(x)) as f64;
+        let lse = m + row.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln();
+        want_loss += lse - row[targets[r] as usize] as f64;
+        let arg = (0..v).find(|&c| row[c] as f64 == m).unwrap();
+        want_correct += f64::from(arg == targets[r] as usize);
+    }
+    want_loss /= n as f64;
+    assert!(
+        want_correct >= 2.0,
+        "the case scores some correct rows: {want_correct}"
+    );
+    assert!(
+        (loss_f as f64 - want_loss).abs() < 1e-5,
+        "fused {loss_f} vs {want_loss}"
+    );
+    assert!(
+        (loss_o as f64 - want_loss).abs() < 1e-5,
+        "ops {loss_o} vs {want_loss}"
+    );
+    assert_eq!(correct_f as f64, want_correct);
+    assert_eq!(correct_o as f64, want_correct);
+    assert_eq!(dx_f.len(), dx_o.len());
+    for (i, (a, o)) in dx_f.iter().zip(&dx_o).enumerate() {
+        assert!((a - o).abs() <= 1e-6, "dlogits[{i}]: fused {a}, ops {o}");
+        if mask[i / v] == 0.0 {
+            assert_eq!(*a, 0.0, "dlogits[{i}] of an unscored row");
+        }
+    }
+    // The reference kernel keeps burn's operations: the same value, not the kernel's.
+    let x = Tensor::<3>::from_data(TensorData::new(logits.clone(), [b, l, v]), &dev);
+    let t = Tensor::<2, Int>::from_data(TensorData::new(targets.clone(), [b, l]), &dev);
+    let m = Tensor::<2>::from_data(TensorData::new(mask.clone(), [b, l]), &dev);
+    let (loss_r, _) = masked_cross_entropy_for(AttentionKernel::Reference, x, t, m, n);
+    assert_eq!(scalar(loss_r).to_bits(), loss_o.to_bits());
+}
+
 /// The CUDA C++ of every kernel, for an H100/H200 (sm 90), generated without a GPU (feature
 /// `cuda-source`; `lab bench cuda-source`, `make cuda-ptxas` compiles it further with NVRTC):
 /// every encoding and layout at head_dim 64 compiles; the `cmma` layouts emit `wmma` tensor-core
@@ -734,6 +820,9 @@ fn training_step_launches_are_counted_and_timed() {
     assert_eq!(per_step("RmsNormBwd"), 2.0 * layers + 1.0);
     assert_eq!(per_step("GeluFwd"), layers);
     assert_eq!(per_step("GeluBwd"), layers);
+    // The masked cross-entropy: one kernel each way.
+    assert_eq!(per_step("XentFwd"), 1.0);
+    assert_eq!(per_step("XentBwd"), 1.0);
     let launches = j["launches_per_step"].as_f64().unwrap();
     let summed: f64 = kinds.iter().map(|e| e["per_step"].as_f64().unwrap()).sum();
     assert!((launches - summed).abs() < 1e-9, "{launches} vs {summed}");
@@ -994,7 +1083,9 @@ fn gradient_norm_kernel_compiles_for_sm90() {
             "rms_norm_fwd",
             "rms_norm_bwd",
             "gelu_fwd",
-            "gelu_bwd"
+            "gelu_bwd",
+            "xent_fwd",
+            "xent_bwd"
         ]
     );
     assert_ne!(sources[2].entry, sources[3].entry);
@@ -1104,7 +1195,7 @@ fn device_clip_factor_updates_as_the_host_one() {
 }
 
 /// `LAB_ADAMW` and `LAB_POINTWISE`: `ops` brings back burn's tensor operations for the update and
-/// for RMSNorm and GELU (no `AdamwUpdate`, `RmsNorm*` or `Gelu*` launch; the attention kernels
+/// for RMSNorm, GELU and the loss (no `AdamwUpdate`, `RmsNorm*`, `Gelu*` or `Xent*` launch; the attention kernels
 /// and the gradient norm's the same); the JSON says which ran; a bad value of either is refused
 /// in one line.
 #[test]
@@ -1126,6 +1217,8 @@ fn adamw_and_pointwise_fused_or_ops() {
         "RmsNormBwd",
         "GeluFwd",
         "GeluBwd",
+        "XentFwd",
+        "XentBwd",
     ] {
         assert_eq!(per_step(&ops, k), 0.0, "{k}");
     }

@@ -953,6 +953,86 @@ mod kernels {
         dx[i] = dy[i] * (cdf + v * e * 0.398_942_3f32);
     }
 
+    /// The masked cross-entropy of each row of logits, row `r` per unit (`logits`: `[rows,
+    /// vocab]`; `targets`, `mask`, `loss`, `correct`: `[rows]`, the targets as f32 ids):
+    /// `loss[r] = (logsumexp(x_r) − x_r[t_r])·mask[r]` (the max subtracted first) and `correct[r] =
+    /// [argmax x_r = t_r]·mask[r]`, the first maximum as burn's `argmax` takes it.
+    #[cube(launch, create_dummy_kernel)]
+    pub fn xent_fwd(
+        logits: &[f32],
+        targets: &[f32],
+        mask: &[f32],
+        loss: &mut [f32],
+        correct: &mut [f32],
+        rows: u32,
+        vocab: u32,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let v = vocab as usize;
+        let base = r * v;
+        let mut m = logits[base];
+        let mut arg = 0usize;
+        for c in 1..v {
+            let x = logits[base + c];
+            if x > m {
+                m = x;
+                arg = c;
+            }
+        }
+        let mut sum = 0.0f32;
+        for c in 0..v {
+            sum += f32::exp(logits[base + c] - m);
+        }
+        let t = u32::cast_from(targets[r]) as usize;
+        let w = mask[r];
+        loss[r] = (m + f32::ln(sum) - logits[base + t]) * w;
+        let mut hit = 0.0f32;
+        if arg == t {
+            hit = 1.0f32;
+        }
+        correct[r] = hit * w;
+    }
+
+    /// [`xent_fwd`]'s gradient: `dlogits[r, c] = dloss[r]·mask[r]·(softmax(x_r)_c − [c = t_r])`,
+    /// row `r` per unit.
+    #[cube(launch, create_dummy_kernel)]
+    pub fn xent_bwd(
+        logits: &[f32],
+        targets: &[f32],
+        mask: &[f32],
+        dloss: &[f32],
+        dlogits: &mut [f32],
+        rows: u32,
+        vocab: u32,
+    ) {
+        let r = ABSOLUTE_POS;
+        if r >= rows as usize {
+            terminate!();
+        }
+        let v = vocab as usize;
+        let base = r * v;
+        let mut m = logits[base];
+        for c in 1..v {
+            m = f32::max(m, logits[base + c]);
+        }
+        let mut sum = 0.0f32;
+        for c in 0..v {
+            sum += f32::exp(logits[base + c] - m);
+        }
+        let g = dloss[r] * mask[r] / sum;
+        let t = u32::cast_from(targets[r]) as usize;
+        for c in 0..v {
+            let mut d = f32::exp(logits[base + c] - m) * g;
+            if c == t {
+                d -= dloss[r] * mask[r];
+            }
+            dlogits[base + c] = d;
+        }
+    }
+
     /// RMSNorm over rows of `d` (Zhang & Sennrich 2019, eq. 4), row `r` per unit: `inv[r] =
     /// 1/√(mean(x²) + eps)`, `y = x·inv·gain`.
     #[cube(launch, create_dummy_kernel)]
@@ -3344,6 +3424,104 @@ pub fn gelu_backward(x: CubeTensor, dy: CubeTensor) -> CubeTensor {
 }
 
 /// `(rows, d)` of a tensor normalised over its last axis, and its gain's length checked.
+/// `(rows, vocab)` of the cross-entropy's logits `[…, vocab]`, checked against `targets` and
+/// `mask` (`rows` elements each).
+fn xent_dims(logits: &CubeTensor, targets: &CubeTensor, mask: &CubeTensor) -> (usize, usize) {
+    let shape = logits.shape();
+    let vocab = *shape
+        .last()
+        .expect("cross-entropy: logits have at least one axis");
+    let rows = shape.num_elements() / vocab.max(1);
+    assert!(vocab >= 1, "cross-entropy: empty vocabulary");
+    assert_eq!(
+        targets.shape().num_elements(),
+        rows,
+        "cross-entropy: one target per row"
+    );
+    assert_eq!(
+        mask.shape().num_elements(),
+        rows,
+        "cross-entropy: one mask value per row"
+    );
+    (rows, vocab)
+}
+
+/// The masked cross-entropy of each row (one launch of `xent_fwd`): `logits` `[…, vocab]`,
+/// `targets` (f32 ids in `0..vocab`) and `mask` with one value per row. Returns `(loss, correct)`,
+/// each shaped as `targets`: `(logsumexp − picked logit)·mask` in nats, and `[argmax =
+/// target]·mask`. The scored mean is `Σ loss / n_scored` ([`crate::model::masked_cross_entropy`]).
+///
+/// # Panics
+/// On a non-f32 tensor or mismatched sizes. A target outside `0..vocab` reads out of bounds of its
+/// row (the caller's batches hold vocabulary ids).
+pub fn xent_forward(
+    logits: CubeTensor,
+    targets: CubeTensor,
+    mask: CubeTensor,
+) -> (CubeTensor, CubeTensor) {
+    let (rows, vocab) = xent_dims(&logits, &targets, &mask);
+    let shape = targets.shape().to_vec();
+    let logits = prepare(logits, "logits");
+    let (targets, mask) = (prepare(targets, "targets"), prepare(mask, "loss mask"));
+    let (loss, correct) = (
+        empty_like(&logits, shape.clone()),
+        empty_like(&logits, shape),
+    );
+    let (count, dim) = launch_dims(&logits, rows);
+    launch!(
+        xent_fwd,
+        &logits.client,
+        count,
+        dim,
+        arg(&logits),
+        arg(&targets),
+        arg(&mask),
+        arg(&loss),
+        arg(&correct),
+        rows as u32,
+        vocab as u32,
+    );
+    (loss, correct)
+}
+
+/// [`xent_forward`]'s logit gradient from the per-row loss gradient `dloss` (one launch of
+/// `xent_bwd`): `dloss·mask·(softmax − onehot(target))`, shaped as `logits`.
+///
+/// # Panics
+/// As [`xent_forward`], or a `dloss` of another size than `targets`.
+pub fn xent_backward(
+    logits: CubeTensor,
+    targets: CubeTensor,
+    mask: CubeTensor,
+    dloss: CubeTensor,
+) -> CubeTensor {
+    let (rows, vocab) = xent_dims(&logits, &targets, &mask);
+    assert_eq!(
+        dloss.shape().num_elements(),
+        rows,
+        "cross-entropy: one loss gradient per row"
+    );
+    let logits = prepare(logits, "logits");
+    let (targets, mask) = (prepare(targets, "targets"), prepare(mask, "loss mask"));
+    let dloss = prepare(dloss, "loss gradient");
+    let dlogits = empty_like(&logits, logits.shape().to_vec());
+    let (count, dim) = launch_dims(&logits, rows);
+    launch!(
+        xent_bwd,
+        &logits.client,
+        count,
+        dim,
+        arg(&logits),
+        arg(&targets),
+        arg(&mask),
+        arg(&dloss),
+        arg(&dlogits),
+        rows as u32,
+        vocab as u32,
+    );
+    dlogits
+}
+
 fn rms_dims(x: &CubeTensor, gain: &CubeTensor) -> (usize, usize) {
     let dims = x.shape().to_vec();
     let d = *dims.last().expect("rms_norm: x has at least one axis");
@@ -4430,7 +4608,7 @@ use burn::backend::tensor::FloatTensor;
 
 use super::cpu::KernelEncoding;
 use super::fused::FusedAttentionBackend;
-use super::pointwise::FusedPointwiseBackend;
+use super::pointwise::{FusedLossBackend, FusedPointwiseBackend};
 
 impl CubeAttentionParams {
     /// The cube parameters of the CPU kernels' encoding; `delta` is PoPE's phase bias
@@ -4591,6 +4769,36 @@ pub trait CubePrimitives: burn::backend::Backend {
             Self::to_cube(dy),
         );
         (Self::from_cube(dx), Self::from_cube(dg))
+    }
+
+    /// [`xent_forward`] on this backend's tensors: `(loss, correct)` per row (on `Fusion` one
+    /// lazy operation).
+    fn xent_fwd(
+        logits: FloatTensor<Self>,
+        targets: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (loss, correct) = xent_forward(
+            Self::to_cube(logits),
+            Self::to_cube(targets),
+            Self::to_cube(mask),
+        );
+        (Self::from_cube(loss), Self::from_cube(correct))
+    }
+
+    /// [`xent_backward`] on this backend's tensors (on `Fusion` one lazy operation).
+    fn xent_bwd(
+        logits: FloatTensor<Self>,
+        targets: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        dloss: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        Self::from_cube(xent_backward(
+            Self::to_cube(logits),
+            Self::to_cube(targets),
+            Self::to_cube(mask),
+            Self::to_cube(dloss),
+        ))
     }
 }
 
@@ -5057,6 +5265,43 @@ impl CubePrimitives for FusionCube {
         let dg = out.pop().expect("two outputs");
         (out.pop().expect("two outputs"), dg)
     }
+
+    fn xent_fwd(
+        logits: FloatTensor<Self>,
+        targets: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let shapes = vec![targets.shape.clone(), targets.shape.clone()];
+        let mut out = register_lazy("lab_xent", vec![logits, targets, mask], shapes, |t| {
+            let (loss, correct) = xent_forward(t[0].clone(), t[1].clone(), t[2].clone());
+            vec![loss, correct]
+        });
+        let correct = out.pop().expect("two outputs");
+        (out.pop().expect("two outputs"), correct)
+    }
+
+    fn xent_bwd(
+        logits: FloatTensor<Self>,
+        targets: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+        dloss: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let shape = logits.shape.clone();
+        let mut out = register_lazy(
+            "lab_xent_backward",
+            vec![logits, targets, mask, dloss],
+            vec![shape],
+            |t| {
+                vec![xent_backward(
+                    t[0].clone(),
+                    t[1].clone(),
+                    t[2].clone(),
+                    t[3].clone(),
+                )]
+            },
+        );
+        out.pop().expect("one output")
+    }
 }
 
 macro_rules! impl_plain_extension {
@@ -5225,6 +5470,78 @@ impl<B: CubePrimitives> Backward<B, 2> for CubeRmsNormBackward<B> {
         }
     }
 }
+
+/// The registered backward of the cube cross-entropy on backend `B` (differentiable in the logits
+/// only); its state is `(logits, targets, mask)`.
+struct CubeXentBackward<B>(core::marker::PhantomData<B>);
+
+impl<B> core::fmt::Debug for CubeXentBackward<B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("CubeXentBackward")
+    }
+}
+
+impl<B: CubePrimitives> Backward<B, 1> for CubeXentBackward<B> {
+    type State = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node] = ops.parents;
+        let dloss = grads.consume::<B>(&ops.node);
+        let (logits, targets, mask) = ops.state;
+        if let Some(node) = node {
+            grads.register::<B>(node.id, B::xent_bwd(logits, targets, mask, dloss));
+        }
+    }
+}
+
+macro_rules! impl_loss_extension {
+    ($backend:ty) => {
+        impl FusedLossBackend for $backend {
+            fn fused_cross_entropy(
+                logits: FloatTensor<Self>,
+                targets: FloatTensor<Self>,
+                mask: FloatTensor<Self>,
+            ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+                <Self as CubePrimitives>::xent_fwd(logits, targets, mask)
+            }
+        }
+
+        impl<C: CheckpointStrategy> FusedLossBackend for Autodiff<$backend, C> {
+            fn fused_cross_entropy(
+                logits: FloatTensor<Self>,
+                targets: FloatTensor<Self>,
+                mask: FloatTensor<Self>,
+            ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+                type B = $backend;
+                let (tp, mp) = (targets.primitive().clone(), mask.primitive().clone());
+                let (loss, correct) = match CubeXentBackward::<B>(core::marker::PhantomData)
+                    .prepare::<C>([logits.node()])
+                    .compute_bound()
+                    .stateful()
+                {
+                    OpsKind::Tracked(prep) => {
+                        let lp = logits.primitive().clone();
+                        let (loss, correct) =
+                            <B as CubePrimitives>::xent_fwd(lp.clone(), tp.clone(), mp.clone());
+                        (prep.finish((lp, tp, mp), loss), correct)
+                    }
+                    OpsKind::UnTracked(prep) => {
+                        let (loss, correct) =
+                            <B as CubePrimitives>::xent_fwd(logits.primitive().clone(), tp, mp);
+                        (prep.finish(loss), correct)
+                    }
+                };
+                // The correct count is not differentiable: a constant of the graph.
+                let correct = <Self as burn::backend::AutodiffBackend>::from_inner(correct);
+                (loss, correct)
+            }
+        }
+    };
+}
+
+impl_loss_extension!(CubeBackend);
+#[cfg(feature = "fusion")]
+impl_loss_extension!(FusionCube);
 
 macro_rules! impl_pointwise_extension {
     ($backend:ty) => {

@@ -302,7 +302,8 @@ pub fn attention_sources(
 /// The CUDA C++ of the kernels a training step on a CubeCL device launches besides the
 /// attention's ([`super::cube::step_stats`]: the gradients' partial sums of squares,
 /// `sq_sum_partials`, the one-cube `step_stats`, AdamW's `adamw_update` with and without
-/// moments, RMSNorm's and GELU's forward and backward), for compute capability `sm`; `uses` is
+/// moments, RMSNorm's, GELU's and the masked cross-entropy's forward and backward), for compute
+/// capability `sm`; `uses` is
 /// `train/step`. `device` is a `wgpu` device (buffers only; nothing is launched).
 ///
 /// # Errors
@@ -334,6 +335,10 @@ pub fn training_sources(
         cube::rms_norm_backward(x.clone(), gain.clone(), inv, x.clone());
         cube::gelu_forward(x.clone());
         cube::gelu_backward(x.clone(), x.clone());
+        // The loss over the same 10 rows (vocabulary 30).
+        let rows = cube::host_to_cube(&[0.0f32; 10], [10], device);
+        cube::xent_forward(x.clone(), rows.clone(), rows.clone());
+        cube::xent_backward(x.clone(), rows.clone(), rows.clone(), rows.clone());
     });
     kernels.extend(more);
     let kernels = kernels.into_iter().map(|(n, _, k)| (n, k)).collect();

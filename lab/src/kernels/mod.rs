@@ -226,11 +226,13 @@ impl<T: Copy + PartialEq> Switch<T> {
     }
 }
 
-/// How the model's RMSNorm and GELU run on a CubeCL device (`wgpu`, `cuda`; `LAB_POINTWISE`): the
-/// lab's kernels ([`cube::rms_norm_forward`], [`cube::gelu_forward`] and their backwards, one
-/// operation each) or burn's tensor operations (about 170 for the quick model's five RMSNorms and
-/// two GELUs, forward and backward, which burn's fusion registers one by one: without fusion, where
-/// each is a launch, the step's 321 launches became 163). flex always uses [`pointwise`]'s kernels.
+/// How the model's RMSNorm, GELU and loss run on a CubeCL device (`wgpu`, `cuda`;
+/// `LAB_POINTWISE`): the lab's kernels ([`cube::rms_norm_forward`], [`cube::gelu_forward`],
+/// [`cube::xent_forward`] and their backwards, one operation each) or burn's tensor operations
+/// (about 170 for the quick model's five RMSNorms and two GELUs, forward and backward, which burn's
+/// fusion registers one by one: without fusion, where each is a launch, the step's 321 launches
+/// became 163; and 27 for the masked cross-entropy, 144 → 120). flex always uses [`pointwise`]'s
+/// kernels for RMSNorm and GELU and burn's operations for the loss.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PointwiseKernel {
     /// The lab's kernels (the default).

@@ -235,6 +235,40 @@ pub trait FusedPointwiseBackend: Backend {
     fn fused_rms_norm(x: FloatTensor<Self>, gain: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
+/// Backend extension: the masked cross-entropy of each row in one kernel forward and one backward
+/// (CubeCL devices only: `lab::kernels::cube::xent_forward`; on flex the loss stays burn's tensor
+/// operations, whose arithmetic the CPU's golden values were made with, and calling this panics).
+#[backend_extension(Autodiff, Cube: cfg(any(feature = "wgpu", feature = "cuda-plain")))]
+pub trait FusedLossBackend: Backend {
+    /// `logits` `[…, vocab]`; `targets` (f32 ids) and `mask` one value per row. Returns `(loss,
+    /// correct)` per row, shaped as `targets`: `(logsumexp − picked logit)·mask`, differentiable
+    /// in `logits`, and `[argmax = target]·mask`, not differentiable.
+    fn fused_cross_entropy(
+        logits: FloatTensor<Self>,
+        targets: FloatTensor<Self>,
+        mask: FloatTensor<Self>,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+}
+
+/// [`FusedLossBackend::fused_cross_entropy`] on tensors: `logits` `[batch, seq, vocab]`,
+/// `targets` `[batch, seq]` as f32 ids, `mask` `[batch, seq]` → `(loss, correct)` `[batch, seq]`.
+///
+/// # Panics
+/// On a device without the extension (flex).
+pub fn cross_entropy_rows(
+    logits: Tensor<3>,
+    targets: Tensor<2>,
+    mask: Tensor<2>,
+) -> (Tensor<2>, Tensor<2>) {
+    use burn::backend::Dispatch;
+    let (loss, correct) = <Dispatch as FusedLossBackend>::fused_cross_entropy(
+        logits.into_dispatch(),
+        targets.into_dispatch(),
+        mask.into_dispatch(),
+    );
+    (Tensor::from_dispatch(loss), Tensor::from_dispatch(correct))
+}
+
 fn like(values: Vec<f32>, t: &FlexTensor) -> FlexTensor {
     flex(values, t.layout().shape().as_slice())
 }

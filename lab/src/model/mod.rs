@@ -355,9 +355,10 @@ impl AttentionKernel {
         }
     }
 
-    /// Whether RMSNorm and GELU run on the lab's fused kernels on `device`: with the fused (or
-    /// fast) kernel choice, on flex ([`crate::kernels::pointwise`]) always, on a CubeCL device
-    /// unless `LAB_POINTWISE=ops` ([`crate::kernels::PointwiseKernel`]).
+    /// Whether RMSNorm and GELU (and on CubeCL devices the loss, [`masked_cross_entropy_for`])
+    /// run on the lab's fused kernels on `device`: with the fused (or fast) kernel choice, on flex
+    /// ([`crate::kernels::pointwise`]) always, on a CubeCL device unless `LAB_POINTWISE=ops`
+    /// ([`crate::kernels::PointwiseKernel`]).
     pub fn fused_pointwise(self, device: &burn::tensor::Device) -> bool {
         self != AttentionKernel::Reference
             && (crate::kernels::is_flex(device)
@@ -829,4 +830,25 @@ pub fn masked_cross_entropy(
     let pred = logits.detach().argmax(2).reshape([b, l]);
     let correct = (pred.equal(targets).float() * mask).sum();
     (loss, correct)
+}
+
+/// [`masked_cross_entropy`] as a model with the attention `kernel` computes it on `logits`'
+/// device: on a CubeCL device with the fused (or fast) kernels, one kernel forward and one
+/// backward ([`crate::kernels::pointwise::cross_entropy_rows`]; the same value to f32 rounding,
+/// the targets cast to f32 ids first) unless `LAB_POINTWISE=ops`; burn's tensor operations
+/// elsewhere (flex always, and the reference kernel everywhere).
+pub fn masked_cross_entropy_for(
+    kernel: AttentionKernel,
+    logits: Tensor<3>,
+    targets: Tensor<2, Int>,
+    mask: Tensor<2>,
+    n_scored: usize,
+) -> (Tensor<1>, Tensor<1>) {
+    let device = logits.device();
+    if kernel.fused_pointwise(&device) && !crate::kernels::is_flex(&device) {
+        let (loss, correct) =
+            crate::kernels::pointwise::cross_entropy_rows(logits, targets.float(), mask);
+        return (loss.sum() / n_scored.max(1) as f64, correct.sum());
+    }
+    masked_cross_entropy(logits, targets, mask, n_scored)
 }
