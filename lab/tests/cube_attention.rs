@@ -1081,7 +1081,8 @@ fn gradient_norm_kernel_compiles_for_sm90() {
     let sources = cuda_source::compile(kernels, 90, "step statistics").unwrap();
     assert!(sources[1].source.contains("__global__"));
     // Everything a step launches besides the attention (`lab bench cuda-source`, `make
-    // cuda-ptxas`): AdamW's update compiled twice, without moments (first step) and with them.
+    // cuda-ptxas`): AdamW's update compiled twice, without moments (first step) and with them;
+    // then the attention's kernels on the model's token-major heads.
     let sources = cuda_source::training_sources(&d, 90).unwrap();
     let names: Vec<&str> = sources.iter().map(|k| &*k.kernel).collect();
     assert_eq!(
@@ -1096,10 +1097,30 @@ fn gradient_norm_kernel_compiles_for_sm90() {
             "gelu_fwd",
             "gelu_bwd",
             "xent_fwd",
-            "xent_bwd"
+            "xent_bwd",
+            // RoPE on token-major heads: the rotation reads them (and copies v, then dout), the
+            // forward writes `out` back in their layout, `row_dot` reads it there, the inverse
+            // rotation writes dq, dk and copies dv into it.
+            "rope_rotate",
+            "attn_fwd_tiled",
+            "rope_rotate",
+            "row_dot",
+            "attn_bwd_dq_tiled",
+            "attn_bwd_dkdv_tiled",
+            "rope_rotate",
+            // NoPE: `copy_rows` in, the same kernels, `copy_rows` out.
+            "copy_rows",
+            "attn_fwd_tiled",
+            "copy_rows",
+            "row_dot",
+            "attn_bwd_dq_tiled",
+            "attn_bwd_dkdv_tiled",
+            "copy_rows"
         ]
     );
     assert_ne!(sources[2].entry, sources[3].entry);
+    // The inverse rotation (rows in, token-major out) is another kernel than the forward's.
+    assert_ne!(sources[10].entry, sources[16].entry);
 }
 
 /// A training step's statistics on the device (`cube::step_stats`) against a direct

@@ -302,8 +302,10 @@ pub fn attention_sources(
 /// The CUDA C++ of the kernels a training step on a CubeCL device launches besides the
 /// attention's ([`super::cube::step_stats`]: the gradients' partial sums of squares,
 /// `sq_sum_partials`, the one-cube `step_stats`, AdamW's `adamw_update` with and without
-/// moments, RMSNorm's, GELU's and the masked cross-entropy's forward and backward), for compute
-/// capability `sm`; `uses` is
+/// moments, RMSNorm's, GELU's and the masked cross-entropy's forward and backward), and the
+/// attention's kernels as the model's heads reach them (token-major, `cube::kernel_qk`: RoPE's
+/// rotation reading them in place, NoPE's `copy_rows`, the output and gradients written back in
+/// their layout; two heads of 64, the tiled layout), for compute capability `sm`; `uses` is
 /// `train/step`. `device` is a `wgpu` device (buffers only; nothing is launched).
 ///
 /// # Errors
@@ -341,6 +343,26 @@ pub fn training_sources(
         cube::xent_backward(x.clone(), rows.clone(), rows.clone(), rows.clone());
     });
     kernels.extend(more);
+    // The attention on token-major heads: [batch 1, seq 4, heads 2, head_dim 64] split by a swap.
+    let heads = || {
+        use burn::backend::ops::FloatTensorOps;
+        let t = cube::host_to_cube(&[0.0f32; 512], [1, 4, 2, 64], device);
+        burn_cubecl::CubeBackend::float_swap_dims(t, 1, 2)
+    };
+    let rope = cube::CubeEncoding::Rope {
+        inv_freq: (0..32).map(|i| 10000f64.powf(-(i as f64) / 32.0)).collect(),
+        layout: super::map::PairLayout::Adjacent,
+        attention_factor: 1.0,
+    };
+    for encoding in [rope, cube::CubeEncoding::Nope] {
+        let mut params = cube::CubeAttentionParams::new(encoding);
+        params.strategy = cube::CubeStrategy::Tiled { tile: None };
+        let (_, more) = capture(sm, || {
+            let (out, lse) = cube::forward(heads(), heads(), heads(), &params);
+            cube::backward(heads(), heads(), heads(), out, lse, heads(), &params);
+        });
+        kernels.extend(more);
+    }
     let kernels = kernels.into_iter().map(|(n, _, k)| (n, k)).collect();
     compile(kernels, sm, "train/step")
 }
