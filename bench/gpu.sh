@@ -214,8 +214,8 @@ fi
 # Last in part 1 (diagnostics: a part-1 call cut by its limit loses these, not the attention timings above): the
 # step settings of 2026-12-05 and -06 (docs/performance.md, "One fusion block per stretch, and the attention in the
 # stream", "One read per step", "AdamW in one kernel per parameter" and "RMSNorm and GELU on CubeCL devices"), each
-# undone once on the warm step: AdamW as burn's tensor operations (LAB_ADAMW=ops), RMSNorm and GELU as burn's
-# tensor operations (LAB_POINTWISE=ops), the attention draining burn's fusion stream at each call
+# undone once on the warm step: AdamW as burn's tensor operations (LAB_ADAMW=ops), RMSNorm, GELU and the loss as
+# burn's tensor operations (LAB_POINTWISE=ops), the attention draining burn's fusion stream at each call
 # (LAB_FUSION_ATTENTION=eager), burn's own search width (LAB_FUSION_MAX_BLOCKS=5), and the step that waits for the
 # device three times (LAB_STEP_READS=each). FUSION_AB_S each; 0 skips them.
 if [[ $BACKEND != cpu && ${FUSION_AB_S:-15} -gt 0 ]]; then
