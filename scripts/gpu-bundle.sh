@@ -21,9 +21,9 @@
 # Usage: bash scripts/gpu-bundle.sh [--setup-only]     (or: make gpu-bundle)
 #   --setup-only   download and unpack the SDK, write the marker, check llvm-config; no cargo build.
 # The bundle's binary is built with `--features cuda-plain`, burn's CubeCL backend without burn's fusion
-# (lab/Cargo.toml; since 2026-12-06: with the lab's own AdamW, RMSNorm and GELU kernels the plain backend launches
-# 163 kernels per quick step against the fused build's 153, with a sixth of the host time on lavapipe,
-# docs/performance.md, "The plain backend"). GPU_FEATURES=cuda builds the fused one into `.gpu-fused/` instead (the
+# (lab/Cargo.toml; since 2026-12-06: with the lab's own kernels the plain backend launches 120 kernels per quick
+# step against the fused build's 119, with a third or less of the host time on lavapipe, docs/performance.md, "The
+# plain backend", "The heads split and merged in place"). GPU_FEATURES=cuda builds the fused one into `.gpu-fused/` instead (the
 # same target dir: the crates the two share are built once); GPU_OUT names another folder.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -107,6 +107,14 @@ pub enum CubeEncoding {
     },
 }
 
+impl CubeEncoding {
+    /// Whether a first kernel maps `q`, `k` into `q̃`, `k̃` (RoPE's rotation, PoPE's polar map),
+    /// reading them row by row (NoPE's and TAPA's attention kernels read `q`, `k` themselves).
+    fn rotates(&self) -> bool {
+        matches!(self, CubeEncoding::Rope { .. } | CubeEncoding::Pope { .. })
+    }
+}
+
 /// How the attention kernels are laid out on the device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CubeStrategy {
@@ -3717,6 +3725,11 @@ fn transform(
 ) -> (CubeTensor, CubeTensor, CubeTensor) {
     let shape = dims4(q);
     let token_major = is_token_major(q);
+    let rotates = enc.rotates();
+    if !rotates && !token_major {
+        // NoPE's and TAPA's rows as they are: no launch.
+        return (q.clone(), k.clone(), prepare(carry, "v or dout"));
+    }
     let carried = token_major && is_token_major(&carry);
     let (carry_in, carry_out) = if carried {
         (carry, empty_like(q, shape.to_vec()))
@@ -3736,9 +3749,6 @@ fn transform(
     let (rows, seq, d) = (plan.rows as u32, plan.seq as u32, plan.head_dim);
     let heads = shape[1] as u32;
     match enc {
-        CubeEncoding::Nope | CubeEncoding::Tapa { .. } if !token_major => {
-            (q.clone(), k.clone(), carry_out)
-        }
         CubeEncoding::Nope | CubeEncoding::Tapa { .. } => {
             let (out_q, out_k) = (empty_like(q, shape.to_vec()), empty_like(k, shape.to_vec()));
             launch!(
@@ -4462,6 +4472,16 @@ pub fn backward(
     let reshape = |t: CubeTensor| -> CubeTensor {
         CubeBackend::float_reshape(t, Shape::from(vec![b, h, l, d]))
     };
+    let rotates = enc.rotates();
+    if !rotates && !token_major {
+        // NoPE's and TAPA's gradients as the kernels wrote them: no launch.
+        return CubeGrads {
+            dq: reshape(dqt),
+            dk: reshape(dkt),
+            dv,
+            ddelta: None,
+        };
+    }
     // The rotations' inverse (NoPE's and TAPA's `copy_rows`) writes dq, dk in q's layout and,
     // when that is token-major, copies dv into it in the same launch: the model merges the heads
     // again without a copy launch of its own. `dv_out` is written only then: a one-element
@@ -4474,12 +4494,6 @@ pub fn backward(
     };
     let sets = if token_major { 3 } else { 2 };
     match &enc {
-        CubeEncoding::Nope | CubeEncoding::Tapa { .. } if !token_major => CubeGrads {
-            dq: reshape(dqt),
-            dk: reshape(dkt),
-            dv,
-            ddelta: None,
-        },
         CubeEncoding::Nope | CubeEncoding::Tapa { .. } => {
             let (dq, dk) = (empty_heads(&q, shape, true), empty_heads(&k, shape, true));
             launch!(
