@@ -152,6 +152,31 @@ impl TaskGen {
         }
     }
 
+    /// The token that pads a context, for the tasks whose contexts are padded: iGSM and
+    /// indirect indexing right-pad every example with their `PAD` (id 0, no character) after its
+    /// text. `None` where every input position holds a token of the example (block, needle,
+    /// corpus). The frequency probe leaves pad positions out ([`crate::probe`]).
+    pub fn pad_token(&self) -> Option<u32> {
+        match self {
+            TaskGen::Indirect(_) => Some(tasks::indirect::PAD),
+            TaskGen::Igsm(_) => Some(tasks::igsm::PAD),
+            TaskGen::Block(_) | TaskGen::Needle(_) | TaskGen::Corpus(_) => None,
+        }
+    }
+
+    /// Which input positions of `examples` hold a token of their example, row-major
+    /// `[examples.len(), seq_len]` (`false` at padding, [`TaskGen::pad_token`]); `None` when
+    /// the task does not pad.
+    pub fn real_positions(&self, examples: &[Example]) -> Option<Vec<bool>> {
+        let pad = self.pad_token()?;
+        Some(
+            examples
+                .iter()
+                .flat_map(|e| e.input.iter().map(move |&t| t != pad))
+                .collect(),
+        )
+    }
+
     /// Validate the generator's own parameters.
     ///
     /// # Errors

@@ -511,6 +511,7 @@ pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evalua
                 cfg.batch_size,
             )
             .expect("config validated");
+        let real = task.real_positions(&examples);
         let batch = to_batch(&examples, &eval_device);
         let (logits, qk) = model.forward_with_qk(batch.inputs.clone());
         let (loss, ok) = masked_cross_entropy_for(
@@ -540,6 +541,7 @@ pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evalua
             cfg.seq_len,
             cfg.head_dim(),
             &spectrum.map,
+            real.as_deref(),
         );
         batch_theta.push(probe::effective_freq(
             &probe::pooled_spectrum(&energy),
@@ -1457,6 +1459,56 @@ pub fn median(xs: &mut [f64]) -> f64 {
 mod tests {
     use super::*;
     use crate::config::tests::tiny;
+    use crate::config::{TaskConfig, TaskGen};
+
+    /// Issue 51, item 1: the same right-padded problems at two context lengths (more padding at
+    /// the longer one) give the same loss, accuracy and θ_eff, for every encoding with a
+    /// spectrum: the probe counts real pairs only. Before, θ_eff moved with the padding.
+    #[test]
+    fn theta_eff_does_not_depend_on_padding() {
+        for (task, enc) in [
+            ("igsm", crate::model::Encoding::Rope),
+            ("igsm", crate::model::Encoding::Pope),
+            ("igsm", crate::model::Encoding::Tapa),
+            ("indirect", crate::model::Encoding::Rope),
+        ] {
+            let mut cfg = tiny();
+            cfg.task = match task {
+                "igsm" => TaskConfig::Igsm(tasks::igsm::IgsmParams {
+                    ops: 2,
+                    distractors: 0,
+                    ..Default::default()
+                }),
+                _ => TaskConfig::Indirect(Default::default()),
+            };
+            cfg.vocab_size = cfg.task().vocab_needed().unwrap();
+            cfg.encoding = enc.into();
+            cfg.d_model = 32;
+            cfg.n_heads = 2;
+            let generator = cfg.task.generator(cfg.vocab_size, 1 << 12);
+            let needed = match generator {
+                TaskGen::Igsm(c) => c.min_seq_len(),
+                _ => 48,
+            };
+            cfg.seq_len = needed;
+            let device = Device::flex();
+            let model = cfg.model().init(cfg.seed, &device);
+            let short = evaluate(&model, &cfg, &device);
+            let mut long_cfg = cfg.clone();
+            long_cfg.seq_len = needed * 3;
+            let long = evaluate(&model, &long_cfg, &device);
+            let rel = |a: f64, b: f64| (a - b).abs() / a.abs().max(1e-30);
+            assert!(rel(short.loss, long.loss) < 1e-5, "{task} {enc:?}: loss");
+            assert_eq!(short.accuracy, long.accuracy, "{task} {enc:?}");
+            assert!(
+                rel(short.summary.effective_freq, long.summary.effective_freq) < 1e-5,
+                "{task} {enc:?}: θ_eff {} at seq_len {needed} vs {} at {}",
+                short.summary.effective_freq,
+                long.summary.effective_freq,
+                needed * 3
+            );
+        }
+    }
 
     #[test]
     fn schedule_warms_up_then_decays_to_floor() {

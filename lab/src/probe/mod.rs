@@ -3,9 +3,18 @@
 //!
 //! For one layer and head, RoPE pair `i` contributes to the score of query `t` and key `s`
 //! a sinusoid of amplitude `A_i(t,s) = |q_i(t)|·|k_i(s)|` (`|·|` the 2-D norm of the pair).
-//! The pair's **energy** is `E_i = mean_{s≤t} A_i(t,s)²`, averaged over the evaluation batch.
+//! The pair's **energy** is `E_i = mean_{(t,s) real, s≤t} A_i(t,s)²` over the evaluation batch.
 //! Because `A_i² = a_q(t)·a_k(s)` with `a = |·|²`, the mean over causal pairs is
 //! `Σ_t a_q(t) · Σ_{s≤t} a_k(s) / (L(L+1)/2)`: a prefix sum, O(L·d) per head, never `L×L×d`.
+//!
+//! **Real pairs only.** A causal pair `(t, s)` counts when both positions hold a token of the
+//! example, not padding: the energy is the mean of `A_i(t,s)²` over the *real* causal pairs of
+//! every example of the batch (each pair weighs the same), the prefix sum running over real keys
+//! at real queries only. Tasks that right-pad their contexts (iGSM, indirect indexing: token 0
+//! after the text) would otherwise mix in the attention of pad queries and keys, and θ_eff would
+//! depend on how much padding a context has (issue 51: the same iGSM problems gave θ_eff 0.0203,
+//! 0.0425, 0.0655 at `seq_len` 352, 704, 1408). With no padding every pair is real and the
+//! arithmetic is the one before (bit for bit).
 //!
 //! From the normalised spectrum `p_i = E_i / Σ_j E_j`:
 //! - effective frequency `θ_eff = exp(Σ_i p_i ln θ_i)` (log-mean, radians per token);
@@ -30,11 +39,30 @@ use rayon::prelude::*;
 /// (not yet divided by the number of pairs, so sequences can be added). O(seq·n_freq), by a
 /// prefix sum over keys.
 pub fn energy_sums(aq: &[f64], ak: &[f64], seq: usize, n_freq: usize) -> Vec<f64> {
+    energy_sums_real(aq, ak, seq, n_freq, None)
+}
+
+/// [`energy_sums`] over the real causal pairs only: `real[t]` says whether position `t` holds a
+/// token of the example (not padding), `[seq]`; `None`: every position is real. A pair
+/// `(t, s)` counts when `real[t]` and `real[s]` (see the [module docs](self)).
+pub fn energy_sums_real(
+    aq: &[f64],
+    ak: &[f64],
+    seq: usize,
+    n_freq: usize,
+    real: Option<&[bool]>,
+) -> Vec<f64> {
     assert_eq!(aq.len(), seq * n_freq, "aq must be [seq, n_freq]");
     assert_eq!(ak.len(), seq * n_freq, "ak must be [seq, n_freq]");
+    if let Some(r) = real {
+        assert_eq!(r.len(), seq, "real must be [seq]");
+    }
     let mut prefix_k = vec![0.0f64; n_freq];
     let mut sums = vec![0.0f64; n_freq];
     for t in 0..seq {
+        if real.is_some_and(|r| !r[t]) {
+            continue;
+        }
         let row = t * n_freq..(t + 1) * n_freq;
         for ((p, s), (&a_q, &a_k)) in prefix_k
             .iter_mut()
@@ -91,12 +119,32 @@ pub fn tapa_energy_sums(
     amp_dim: usize,
     linear_phase: bool,
 ) -> Vec<f64> {
+    tapa_energy_sums_real(q, k, seq, head_dim, amp_dim, linear_phase, None)
+}
+
+/// [`tapa_energy_sums`] over the real causal pairs only (`real`: `[seq]`, `None`: all real).
+pub fn tapa_energy_sums_real(
+    q: &[f32],
+    k: &[f32],
+    seq: usize,
+    head_dim: usize,
+    amp_dim: usize,
+    linear_phase: bool,
+    real: Option<&[bool]>,
+) -> Vec<f64> {
     let p_dim = head_dim - amp_dim;
     let (sa, sp) = ((amp_dim as f64).sqrt(), (p_dim as f64).sqrt());
     let mut sums = vec![0.0f64; tapa_bins().len()];
+    let is_real = |t: usize| real.is_none_or(|r| r[t]);
     for m in 0..seq {
+        if !is_real(m) {
+            continue;
+        }
         let qm = &q[m * head_dim..(m + 1) * head_dim];
         for n in 0..=m {
+            if !is_real(n) {
+                continue;
+            }
             let kn = &k[n * head_dim..(n + 1) * head_dim];
             let amp: f64 = (0..amp_dim)
                 .map(|j| qm[j] as f64 * kn[j] as f64)
@@ -127,20 +175,38 @@ pub fn head_energy_sums(
     seq: usize,
     head_dim: usize,
 ) -> Vec<f64> {
+    head_energy_sums_real(map, q, k, seq, head_dim, None)
+}
+
+/// [`head_energy_sums`] over the real causal pairs only (`real`: `[seq]`, `None`: all real;
+/// see the [module docs](self)).
+pub fn head_energy_sums_real(
+    map: &SpectrumMap,
+    q: &[f32],
+    k: &[f32],
+    seq: usize,
+    head_dim: usize,
+    real: Option<&[bool]>,
+) -> Vec<f64> {
     match map {
-        SpectrumMap::Pairs { dims } => energy_sums(
+        SpectrumMap::Pairs { dims } => energy_sums_real(
             &pair_amplitudes(q, seq, head_dim, dims),
             &pair_amplitudes(k, seq, head_dim, dims),
             seq,
             dims.len(),
+            real,
         ),
-        SpectrumMap::Components => {
-            energy_sums(&pope_amplitudes(q), &pope_amplitudes(k), seq, head_dim)
-        }
+        SpectrumMap::Components => energy_sums_real(
+            &pope_amplitudes(q),
+            &pope_amplitudes(k),
+            seq,
+            head_dim,
+            real,
+        ),
         SpectrumMap::TapaBins {
             amp_dim,
             linear_phase,
-        } => tapa_energy_sums(q, k, seq, head_dim, *amp_dim, *linear_phase),
+        } => tapa_energy_sums_real(q, k, seq, head_dim, *amp_dim, *linear_phase, real),
     }
 }
 
@@ -149,10 +215,18 @@ pub fn n_causal_pairs(seq: usize) -> usize {
     seq * (seq + 1) / 2
 }
 
-/// Energy per layer, head and pair, averaged over the batch and over causal pairs.
+/// Number of real causal pairs of one example: `Σ_{t real} #{s ≤ t : s real}` (`real`: `[seq]`).
+/// For `r` real positions, `r(r+1)/2` wherever they lie.
+pub fn n_real_pairs(real: &[bool]) -> usize {
+    n_causal_pairs(real.iter().filter(|&&r| r).count())
+}
+
+/// Energy per layer, head and pair, averaged over the real causal pairs of the batch.
 ///
-/// `layers[l] = (q, k)` with `q`, `k` row-major `[batch, heads, seq, head_dim]`.
-/// Returns `energy[l][h][i]` (units of squared activations, squared).
+/// `layers[l] = (q, k)` with `q`, `k` row-major `[batch, heads, seq, head_dim]`; `real`: which
+/// positions hold a token (not padding), row-major `[batch, seq]`, `None` when every position
+/// does. Returns `energy[l][h][i]` (units of squared activations, squared): the sum over every
+/// example's real causal pairs divided by their number (see the [module docs](self)).
 pub fn layer_head_energy(
     layers: &[(Vec<f32>, Vec<f32>)],
     batch: usize,
@@ -160,9 +234,19 @@ pub fn layer_head_energy(
     seq: usize,
     head_dim: usize,
     map: &SpectrumMap,
+    real: Option<&[bool]>,
 ) -> Vec<Vec<Vec<f64>>> {
+    if let Some(r) = real {
+        assert_eq!(r.len(), batch * seq, "real must be [batch, seq]");
+    }
     let per_seq = seq * head_dim;
-    let norm = (batch * n_causal_pairs(seq)) as f64;
+    let real_of = |b: usize| real.map(|r| &r[b * seq..(b + 1) * seq]);
+    let n_pairs: usize = match real {
+        None => batch * n_causal_pairs(seq),
+        Some(_) => (0..batch).map(|b| n_real_pairs(real_of(b).unwrap())).sum(),
+    };
+    // An example of padding only has no real pair: its energy is 0 (uniform once normalised).
+    let norm = n_pairs.max(1) as f64;
     layers
         .iter()
         .map(|(q, k)| {
@@ -172,12 +256,13 @@ pub fn layer_head_energy(
                     let mut total: Vec<f64> = Vec::new();
                     for b in 0..batch {
                         let off = (b * heads + h) * per_seq;
-                        let e = head_energy_sums(
+                        let e = head_energy_sums_real(
                             map,
                             &q[off..off + per_seq],
                             &k[off..off + per_seq],
                             seq,
                             head_dim,
+                            real_of(b),
                         );
                         if total.is_empty() {
                             total = vec![0.0; e.len()];
@@ -402,6 +487,81 @@ mod tests {
         }
     }
 
+    /// The energy over real pairs is the brute-force mean over the pairs whose two positions are
+    /// real, wherever the padding lies; and right padding (whatever its q, k hold) leaves a
+    /// sequence's spectrum exactly as without it, at any amount of padding.
+    #[test]
+    fn padding_is_left_out_of_the_energy() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+        let (seq, d) = (23, 8);
+        let map = pairs(PairLayout::Adjacent, d);
+        let q: Vec<f32> = (0..seq * d).map(|_| rng.random_range(-2.0..2.0)).collect();
+        let k: Vec<f32> = (0..seq * d).map(|_| rng.random_range(-2.0..2.0)).collect();
+        // Scattered pad positions: the brute force over real pairs.
+        let real: Vec<bool> = (0..seq).map(|t| t % 3 != 1).collect();
+        let mut slow = vec![0.0f64; d / 2];
+        let mut n = 0usize;
+        for t in (0..seq).filter(|&t| real[t]) {
+            for s in (0..=t).filter(|&s| real[s]) {
+                n += 1;
+                for (i, e) in slow.iter_mut().enumerate() {
+                    let a = |x: &[f32], p: usize| {
+                        (x[p * d + 2 * i] as f64).powi(2) + (x[p * d + 2 * i + 1] as f64).powi(2)
+                    };
+                    *e += a(&q, t) * a(&k, s);
+                }
+            }
+        }
+        assert_eq!(n, n_real_pairs(&real));
+        let fast = head_energy_sums_real(&map, &q, &k, seq, d, Some(&real));
+        for (a, b) in fast.iter().zip(&slow) {
+            assert!((a - b).abs() <= 1e-9 * b.abs().max(1.0), "{a} vs {b}");
+        }
+        // Right padding: 9 real positions, then 14 pad positions of large values. Every
+        // encoding's map, one head, two examples with different amounts of padding.
+        let maps = [
+            map.clone(),
+            SpectrumMap::Components,
+            SpectrumMap::TapaBins {
+                amp_dim: 4,
+                linear_phase: false,
+            },
+        ];
+        for m in &maps {
+            let prefix = 9;
+            let own = head_energy_sums(m, &q[..prefix * d], &k[..prefix * d], prefix, d);
+            let mut padded_q = q.clone();
+            let mut padded_k = k.clone();
+            for x in padded_q[prefix * d..].iter_mut().chain(&mut padded_k[prefix * d..]) {
+                *x = 50.0;
+            }
+            let real: Vec<bool> = (0..seq).map(|t| t < prefix).collect();
+            let with_pad = head_energy_sums_real(m, &padded_q, &padded_k, seq, d, Some(&real));
+            assert_eq!(own, with_pad, "{m:?}");
+            // All real: the unmasked sums, bit for bit.
+            let all = vec![true; seq];
+            assert_eq!(
+                head_energy_sums_real(m, &q, &k, seq, d, Some(&all)),
+                head_energy_sums(m, &q, &k, seq, d)
+            );
+        }
+        // layer_head_energy: one head, two examples of seq 4 with 2 and 3 real positions; the
+        // mean over their 3 + 6 real pairs. d = 2, q = k = (1, 0) everywhere: every pair's
+        // energy is 1, so the mean is 1 however the pairs are counted — and the pad positions
+        // hold 10, which must not enter.
+        let mut x = vec![0.0f32; 2 * 4 * 2];
+        for (t, v) in x.chunks_mut(2).enumerate() {
+            let (b, pos) = (t / 4, t % 4);
+            v[0] = if pos < 2 + b { 1.0 } else { 10.0 };
+        }
+        let real = [true, true, false, false, true, true, true, false];
+        let map = SpectrumMap::Pairs { dims: vec![(0, 1)] };
+        let e = layer_head_energy(&[(x.clone(), x.clone())], 2, 1, 4, 2, &map, Some(&real));
+        assert_eq!(e, vec![vec![vec![1.0]]]);
+        let e = layer_head_energy(&[(x.clone(), x)], 2, 1, 4, 2, &map, None);
+        assert!(e[0][0][0] > 100.0, "{e:?}");
+    }
+
     #[test]
     fn hand_computed_two_positions() {
         // d = 2 (one pair), seq = 2: q = [(1,0), (0,2)], k = [(3,0), (0,1)].
@@ -528,7 +688,7 @@ mod tests {
         let q = vec![1.0, 0.0, 2.0, 0.0, 3.0, 0.0, 4.0, 0.0];
         let k = vec![1.0; 8];
         let map = SpectrumMap::Pairs { dims: vec![(0, 1)] };
-        let e = layer_head_energy(&[(q, k)], 2, 2, 1, 2, &map);
+        let e = layer_head_energy(&[(q, k)], 2, 2, 1, 2, &map, None);
         // head 0: (1·2 + 9·2)/2 = 10; head 1: (4·2 + 16·2)/2 = 20.
         assert_eq!(e, vec![vec![vec![10.0], vec![20.0]]]);
     }
