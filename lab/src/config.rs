@@ -346,11 +346,11 @@ impl RunConfig {
         finite_range("grad_clip", self.grad_clip, 0.0, 1e6)?;
         range("eval_every", self.eval_every, 1, 100_000_000)?;
         range("eval_batches", self.eval_batches, 1, 10_000)?;
-        if !(self.rope_base > 1.0 && self.rope_base.is_finite()) {
+        if !(self.rope_base > 1.0 && self.rope_base <= crate::model::scaling::MAX_BASE) {
             return Err(ConfigError::new(
                 "rope_base",
                 self.rope_base,
-                "must be a finite number > 1",
+                "must be a number in (1, 1e12]",
             ));
         }
         finite_range("max_grad_norm", self.max_grad_norm, 0.0, 1e30)?;

@@ -27,15 +27,21 @@ pub enum EvalError {
     /// An override or the new length is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The scaling parameters are invalid.
-    #[error(transparent)]
+    /// The scaling parameters are invalid (named as the command-line flags that set them).
+    #[error("{}", .0.for_cli())]
     Scaling(#[from] ScalingError),
+    /// A scaling asked of a run whose encoding has no rotary frequencies to scale.
+    #[error("--scaling {0}")]
+    NotScalable(String),
     /// Writing tables.
     #[error(transparent)]
     Results(#[from] ResultsError),
     /// A `--set key=value` that is not a config field or does not parse.
     #[error("--set {0}")]
     Override(String),
+    /// The evaluation length is out of range for the run (its message names `--seq-len`).
+    #[error("{0}")]
+    SeqLen(String),
     /// An ablation that does not apply to the run.
     #[error("--ablate-pairs {0}")]
     Ablate(String),
@@ -286,10 +292,19 @@ pub fn eval_checkpoint(
         .filter(|p| p.file_name().is_some_and(|n| n == "runs"))
     {
         let sweep_dir = runs.parent().unwrap_or(Path::new("."));
+        // The folder's plan only, when it records one (crate::results::plan).
+        let plan = crate::results::plan::read(sweep_dir);
         let mut run_dirs: Vec<PathBuf> = std::fs::read_dir(runs)
             .into_iter()
             .flatten()
             .flatten()
+            .filter(|e| {
+                plan.as_ref().is_none_or(|p| {
+                    p.run_ids
+                        .iter()
+                        .any(|id| *id == e.file_name().to_string_lossy())
+                })
+            })
             .map(|e| e.path())
             .collect();
         run_dirs.sort();
@@ -308,12 +323,28 @@ pub fn eval_model(
     device: &Device,
 ) -> Result<(EvalOutcome, RopeScaling), EvalError> {
     let mut cfg = apply_overrides(train_cfg, &req.overrides)?;
+    // Which input a failure is due to: the overrides at the trained length, else the length.
+    if !req.overrides.is_empty() {
+        let mut at_train_len = cfg.clone();
+        at_train_len.seq_len = train_cfg.seq_len;
+        at_train_len
+            .validate()
+            .map_err(|e| EvalError::Override(format!("{}: {e}", req.overrides.join(" --set "))))?;
+    }
     cfg.seq_len = req.seq_len;
-    cfg.validate()?;
+    cfg.validate()
+        .map_err(|e| EvalError::SeqLen(format!("--seq-len {}: {e}", req.seq_len)))?;
     let mut scaling = req.scaling.clone();
     scaling.original_max_len = train_cfg.seq_len;
     if scaling.kind == ScalingKind::Dynamic && scaling.seq_len.is_none() {
         scaling.seq_len = Some(req.seq_len);
+    }
+    if scaling.kind != ScalingKind::None && !cfg.encoding.rope_scalable() {
+        return Err(EvalError::NotScalable(format!(
+            "{} has no effect on this run: its encoding is {}, and scalings apply to RoPE runs only (hybrid RoPE/NoPE stacks included); leave --scaling out",
+            scaling.kind.name(),
+            cfg.encoding.name()
+        )));
     }
     let mut freqs = scaled_inv_freq(cfg.head_dim(), cfg.rope_base, &scaling)?;
     if let Some(a) = &req.ablate {
@@ -339,9 +370,16 @@ pub fn eval_model(
     } else {
         model
     };
-    let ev = train::evaluate(&model, &cfg, device);
+    let mut ticker = Ticker::new(format!("eval at seq_len {}", cfg.seq_len), "examples");
+    let ev = train::evaluate_with_progress(&model, &cfg, device, &mut |d, t| ticker.tick(d, t));
     let generation = (cfg.task.kind() == crate::config::TaskKind::Igsm).then(|| {
         let n = (cfg.eval_batches * cfg.batch_size).min(256);
+        if ticker.is_long() {
+            eprintln!(
+                "{}: greedy decoding of {n} held-out problems …",
+                ticker.what
+            );
+        }
         let held_out = crate::decode::ProblemSet::HeldOut;
         let g = crate::decode::igsm_generation(&model, &cfg, device, n, held_out);
         let by_role = crate::decode::igsm_accuracy_by_role(&model, &cfg, device, n, held_out);
@@ -393,6 +431,67 @@ pub fn eval_model(
         solution_role_accuracy,
     };
     Ok((out, scaling))
+}
+
+/// Progress lines on stderr for work that can take long (issue 51, item 9): at most one every
+/// [`Ticker::EVERY_S`] seconds (`$LAB_PROGRESS_EVERY_S` sets another interval; 0 prints one
+/// per step of the work), none for work that ends sooner, each with the share done, the time so
+/// far and an estimate of the time left (`eval at seq_len 65536: 12/32 examples, 4.1 min, about
+/// 6.8 min left`).
+pub struct Ticker {
+    /// What is being done (the line's start).
+    pub what: String,
+    /// The unit counted.
+    unit: &'static str,
+    /// When the work started.
+    pub started: std::time::Instant,
+    last: std::time::Instant,
+    every_s: f64,
+}
+
+impl Ticker {
+    /// Seconds between two progress lines (and before the first), unless
+    /// `$LAB_PROGRESS_EVERY_S` says otherwise.
+    pub const EVERY_S: f64 = 10.0;
+
+    /// A ticker for `what`, counting `unit`s, started now.
+    pub fn new(what: String, unit: &'static str) -> Self {
+        let now = std::time::Instant::now();
+        let every_s = std::env::var("LAB_PROGRESS_EVERY_S")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .unwrap_or(Self::EVERY_S);
+        Ticker {
+            what,
+            unit,
+            started: now,
+            last: now,
+            every_s,
+        }
+    }
+
+    /// Whether the work has run longer than the interval (later messages worth a line).
+    pub fn is_long(&self) -> bool {
+        self.started.elapsed().as_secs_f64() > self.every_s
+    }
+
+    /// `done` of `total` units are done: a line if the last one is the interval old.
+    pub fn tick(&mut self, done: usize, total: usize) {
+        if self.last.elapsed().as_secs_f64() < self.every_s || done == 0 {
+            return;
+        }
+        self.last = std::time::Instant::now();
+        let spent = self.started.elapsed().as_secs_f64();
+        let left = spent / done as f64 * total.saturating_sub(done) as f64;
+        eprintln!(
+            "{}: {done}/{total} {}, {:.1} min, about {:.1} min left",
+            self.what,
+            self.unit,
+            spent / 60.0,
+            left / 60.0
+        );
+    }
 }
 
 /// Write one evaluation's row to `<run dir>/evals/<eval_id>.parquet`.

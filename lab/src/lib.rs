@@ -9,7 +9,7 @@
 //! attention kernels and [`fast`] the whole-step CPU training path built on them; [`plot`] draws
 //! each sweep's figures and [`report`] a sweep's one-page HTML report, [`compare`] two results folders; [`mi`] measures the data's mutual-information profiles (`lab mi`);
 //! [`bench`] times the fused attention op (`lab bench attention`), [`selfcheck`] checks a
-//! backend's kernels and training step against the reference (`lab selfcheck`); [`section`] nests a task's and an encoding's flat parameters into their config sections.
+//! backend's kernels and training step against the reference (`lab selfcheck`); [`section`] nests a task's and an encoding's flat parameters into their config sections; [`paths`] resolves the lab root that the sweep files, results and data share.
 
 #![warn(missing_docs)]
 
@@ -28,6 +28,7 @@ pub mod kernels;
 pub mod mi;
 pub mod model;
 pub mod needle;
+pub mod paths;
 pub mod plot;
 pub mod probe;
 pub mod report;

@@ -4,12 +4,10 @@
 mod cli;
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use cli::*;
-use lab::model::scaling::scaled_inv_freq;
 use lab::results::tables::RunMeta;
 use lab::sweep::commands::{self as cmds, RunOneExit};
 use lab::sweep::{self, SweepOptions};
@@ -70,10 +68,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let mut spec = sweep::find_sweep(&name, &dir)?;
             spec.set(&cluster.set)?;
             let preset = preset.unwrap_or_else(|| spec.default_preset.clone());
+            spec.check_sets_take_effect(&preset, jobs.is_some())?;
             let jobs = jobs.map(usize::from).or_else(|| spec.preset_jobs(&preset));
+            let out_dir = out.unwrap_or_else(|| sweep::spec::default_results_dir(&spec.name));
             let opts = SweepOptions {
                 preset,
-                out_dir: out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name)),
+                out_dir,
                 jobs: jobs.unwrap_or(1),
                 backend,
                 exe: std::env::current_exe()
@@ -91,6 +91,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 eprintln!("{}", cmds::emit_slurm(&spec, &opts, file, &slurm)?);
                 return Ok(ExitCode::SUCCESS);
             }
+            if !cluster.yes {
+                cmds::confirm_size(&spec, &opts)?;
+            }
             let report = sweep::run_sweep(&spec, &opts)?;
             println!("\n{}", report.summary);
             println!("{}", report.closing_lines(&opts.out_dir));
@@ -103,9 +106,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
             results,
             out,
         } => {
-            let results = results.unwrap_or_else(|| PathBuf::from("results").join(&name));
+            let results = results.unwrap_or_else(|| sweep::spec::default_results_dir(&name));
             let out = out.unwrap_or_else(|| results.join("figures"));
-            for f in lab::plot::plot_sweep(&name, &results, &out)? {
+            let figures = lab::plot::plot_sweep(&name, &results, &out)?;
+            eprintln!("{}", lab::paths::where_line(None, &results));
+            for f in figures {
                 println!("{}", f.display());
             }
             Ok(ExitCode::SUCCESS)
@@ -115,9 +120,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
             results,
             out,
         } => {
-            let results = results.unwrap_or_else(|| PathBuf::from("results").join(&name));
+            let results = results.unwrap_or_else(|| sweep::spec::default_results_dir(&name));
             let out = out.unwrap_or_else(|| results.join("report.html"));
             let w = lab::report::write_report(&name, &results, &out, &sweep::sweeps_dir())?;
+            eprintln!("{}", lab::paths::where_line(None, &results));
             println!("{}", w.text());
             Ok(ExitCode::SUCCESS)
         }
@@ -145,10 +151,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Cmd::Status {
             name,
             preset,
+            set,
             out,
             shard,
         } => {
-            let text = cmds::status_text(&name, &sweep::sweeps_dir(), preset, out, shard)?;
+            let text = cmds::status_text(&name, &sweep::sweeps_dir(), preset, &set, out, shard)?;
             // A closed pipe (`| head`) is not an error.
             let _ = writeln!(std::io::stdout(), "{text}");
             Ok(ExitCode::SUCCESS)
@@ -175,19 +182,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Rope {
-            command:
-                RopeCmd::Freqs {
-                    head_dim,
-                    base,
-                    mut scaling,
-                    seq_len,
-                    original_max_len,
-                },
-        } => {
-            scaling.scaling_seq_len = scaling.scaling_seq_len.or(seq_len);
-            let freqs = scaled_inv_freq(head_dim, base, &scaling.to_scaling(original_max_len))?;
-            println!("{}", serde_json::to_string(&freqs)?);
+        Cmd::Rope { command } => {
+            println!("{}", command.run()?);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Eval {
@@ -198,7 +194,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             ablate_pairs,
             backend,
         } => {
-            let scaling = scaling.to_scaling(0);
+            let scaling = scaling.to_scaling(0)?;
             let req = lab::eval::EvalRequest::adhoc(seq_len, scaling, overrides, ablate_pairs);
             let out = lab::eval::eval_checkpoint(&checkpoint, &req, &backend.device()?)?;
             println!("{}", out.json(&req));
@@ -221,30 +217,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             print!("{output}");
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Recommend {
-            corpus,
-            granularity,
-            head_dim,
-            factor,
-            results,
-            data_dir,
-            json,
-        } => {
-            let recs = lab::mi::recommend_in(
-                &data_dir,
-                &corpus,
-                &granularity,
-                head_dim,
-                factor,
-                &results,
-            )?;
-            if json {
-                for r in &recs {
-                    println!("{}", serde_json::to_string(r)?);
-                }
-            } else {
-                print!("{}", lab::mi::recommend_lines(&recs, head_dim, factor));
-            }
+        Cmd::Recommend(args) => {
+            print!("{}", args.run()?);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Data {
@@ -261,6 +235,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 corpus
             };
+            let data_dir = data_dir.unwrap_or_else(lab::paths::data_dir);
             for n in &names {
                 println!("{}", lab::tasks::corpus::fetch(&data_dir, n, force)?);
             }

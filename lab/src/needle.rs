@@ -165,6 +165,7 @@ pub fn needle_attention(
     train_len: usize,
     device: &Device,
     n: usize,
+    progress: &mut dyn FnMut(usize, usize),
 ) -> Vec<ValueRow> {
     let TaskGen::Needle(task) = cfg.task() else {
         panic!("needle_attention needs a needle-retrieval run");
@@ -183,7 +184,12 @@ pub fn needle_attention(
     let mut right = vec![0usize; rows];
     let mut sums = vec![vec![vec![RowSums::default(); heads]; layers]; rows];
     let indices: Vec<u64> = (0..n as u64).collect();
-    for chunk_idx in indices.chunks(32) {
+    // Contexts per forward pass: up to 32, fewer where their attention weights
+    // ([contexts, heads, seq, seq] per layer) would pass 2^26 floats (256 MiB).
+    let per_pass = ((1usize << 26) / (heads * seq * seq).max(1)).clamp(1, 32);
+    let mut done = 0;
+    for chunk_idx in indices.chunks(per_pass) {
+        done += chunk_idx.len();
         let samples: Vec<_> = chunk_idx
             .iter()
             .map(|&i| {
@@ -234,6 +240,7 @@ pub fn needle_attention(
                 }
             }
         }
+        progress(done, n);
     }
     sums.iter()
         .zip(&right)
@@ -255,6 +262,9 @@ pub fn needle_attention(
         })
         .collect()
 }
+
+/// Most held-out contexts `lab needle-attention` averages over (`--n`).
+pub const MAX_CONTEXTS: usize = 65_536;
 
 /// `lab needle-attention`: load the run at `path` (a run or checkpoint folder), probe it at
 /// `seq_len` over `n` held-out contexts on the CPU, and return one JSON line per value character
@@ -278,13 +288,30 @@ pub fn needle_attention_command(
             train_cfg.task.kind().name()
         );
     }
-    if n == 0 {
-        anyhow::bail!("n = 0 is out of range: must be in 1..");
+    if !(1..=MAX_CONTEXTS).contains(&n) {
+        anyhow::bail!("--n {n} is out of range: must be in 1..={MAX_CONTEXTS}");
+    }
+    // One context's attention weights, every layer and head, are held at once: at most 2^30
+    // floats (4 GiB).
+    let per_context = train_cfg.n_layers * train_cfg.n_heads;
+    let max_seq = (((1u64 << 30) / per_context.max(1) as u64) as f64).sqrt() as usize;
+    if !(1..=max_seq.min(tasks::MAX_SEQ_LEN)).contains(&seq_len) {
+        anyhow::bail!(
+            "--seq-len {seq_len} is out of range: must be in 1..={} for this model ({} layers × {} heads of [seq, seq] attention weights, at most 4 GiB)",
+            max_seq.min(tasks::MAX_SEQ_LEN),
+            train_cfg.n_layers,
+            train_cfg.n_heads
+        );
     }
     let mut cfg = train_cfg.clone();
     cfg.seq_len = seq_len;
-    cfg.validate()?;
-    let rows = needle_attention(&model, &cfg, train_cfg.seq_len, &device, n);
+    cfg.validate()
+        .map_err(|e| anyhow::anyhow!("--seq-len {seq_len}: {e}"))?;
+    let mut ticker =
+        crate::eval::Ticker::new(format!("needle-attention at seq_len {seq_len}"), "contexts");
+    let rows = needle_attention(&model, &cfg, train_cfg.seq_len, &device, n, &mut |d, t| {
+        ticker.tick(d, t)
+    });
     Ok(rows
         .iter()
         .flat_map(|row| row.heads.iter().flatten().map(move |h| (row, h)))

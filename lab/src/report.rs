@@ -206,8 +206,9 @@ fn varying_settings(runs: &Table) -> Vec<String> {
         .collect()
 }
 
-/// The law's fits as a table with a verdict column: the fit holds when β ∈ [0.8, 1.2] and
-/// R² ≥ 0.8 (issue 14's criterion for the block-width law). `positional` rows first.
+/// The law's fits as a table with a verdict column: the one `lab sweep` wrote into the fit
+/// table ([`crate::results::tables::law_verdict`]: β ∈ [0.8, 1.2] and R² ≥ 0.8, given R57's
+/// minimum of widths, seeds and accuracy). `positional` rows first.
 fn fit_section(fit: &Table) -> Result<(String, Vec<String>), PlotError> {
     let s = |c: &str| fit.strs(c);
     let f = |c: &str| fit.f64s(c);
@@ -229,6 +230,13 @@ fn fit_section(fit: &Table) -> Result<(String, Vec<String>), PlotError> {
     );
     let n = fit.i64s("n")?;
     let seeds = fit.i64s("n_seeds")?;
+    // The verdict as `lab sweep` wrote it (docs/analysis-rules.md R57); a fit table of a lab
+    // version before R57 has none, and gets no verdict.
+    let written: Vec<Option<String>> = if fit.has("verdict") {
+        s("verdict")?
+    } else {
+        vec![None; fit.rows()]
+    };
     // The headline pooling: the positional layer (R2), else (one-layer models) all layers.
     let headline = if pool.iter().any(|p| p.as_deref() == Some("positional")) {
         "positional"
@@ -254,7 +262,7 @@ fn fit_section(fit: &Table) -> Result<(String, Vec<String>), PlotError> {
         "c [95 % CI]",
         "R²",
         "runs (seeds)",
-        "meets β ∈ [0.8, 1.2], R² ≥ 0.8",
+        "verdict (R57)",
     ]
     .iter()
     .map(|h| (h.to_string(), Vec::new()))
@@ -262,7 +270,10 @@ fn fit_section(fit: &Table) -> Result<(String, Vec<String>), PlotError> {
     let mut verdicts = Vec::new();
     let txt = |v: &Option<String>| v.clone().unwrap_or_default();
     for &i in &order {
-        let holds = crate::results::tables::law_holds(g(&beta, i), g(&r2, i));
+        let verdict = written[i].clone().unwrap_or_else(|| {
+            "no verdict: fit table written before docs/analysis-rules.md R57 (run the sweep again)"
+                .to_string()
+        });
         let own_group = group[i]
             .clone()
             .filter(|g| !g.is_empty() && *g != format!("{}/{}", txt(&enc[i]), txt(&var[i])))
@@ -277,7 +288,7 @@ fn fit_section(fit: &Table) -> Result<(String, Vec<String>), PlotError> {
             format!("{:.3} [{:.3}, {:.3}]", g(&c, i), g(&clo, i), g(&chi, i)),
             format!("{:.3}", g(&r2, i)),
             format!("{} ({})", n[i].unwrap_or(0), seeds[i].unwrap_or(0)),
-            if holds { "yes" } else { "no" }.to_string(),
+            verdict.clone(),
         ];
         for (col, v) in cols.iter_mut().zip(row) {
             col.1.push(v);
@@ -298,11 +309,7 @@ fn fit_section(fit: &Table) -> Result<(String, Vec<String>), PlotError> {
                 g(&c, i),
                 g(&r2, i),
                 n[i].unwrap_or(0),
-                if holds {
-                    "the law holds"
-                } else {
-                    "not reproduced"
-                }
+                verdict
             ));
         }
     }
@@ -426,6 +433,8 @@ pub fn render(
     if !runs_path.is_file() && !mi_path.is_file() {
         return Err(ReportError::NoResults(results.to_path_buf()));
     }
+    // Another sweep's folder would get this sweep's claim over its fits (issue 51, item 6).
+    plot::check_sweep(sweep, results)?;
     let runs = runs_path
         .is_file()
         .then(|| Table::read(&runs_path))
@@ -494,7 +503,7 @@ pub fn render(
         let fit = Table::read(&fit_path)?;
         if fit.rows() > 0 {
             let (table, verdicts) = fit_section(&fit)?;
-            h.push_str("<p>The law: θ_eff = c · W<sup>−β</sup> with β = 1, c = π (the paper measures c = 3.02). A fit holds here when β ∈ [0.8, 1.2] and R² ≥ 0.8; the positional layer's fit against W = B (docs/analysis-rules.md R1–R2; all layers pooled when the model has one layer) is the headline.</p><ul class=\"verdict\">");
+            h.push_str("<p>The law: θ_eff = c · W<sup>−β</sup> with β = 1, c = π (the paper measures c = 3.02). A fit holds here when β ∈ [0.8, 1.2] and R² ≥ 0.8, and gets a verdict only with ≥ 4 widths over ≥ 4×, ≥ 3 seeds per width and accuracy ≥ 0.9 in every run (docs/analysis-rules.md R57); the positional layer's fit against W = B (docs/analysis-rules.md R1–R2; all layers pooled when the model has one layer) is the headline.</p><ul class=\"verdict\">");
             for v in &verdicts {
                 let class = if v.ends_with("the law holds") {
                     "holds"

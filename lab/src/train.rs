@@ -492,6 +492,27 @@ pub struct Evaluation {
 /// Evaluate `model` (any device; it is switched to the non-autodiff view) on the held-out
 /// batches of `cfg`, with the frequency probe.
 pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evaluation {
+    evaluate_with_progress(model, cfg, device, &mut |_, _| {})
+}
+
+/// Tokens of one forward pass of [`evaluate_with_progress`] (2^15): a batch whose
+/// `batch_size · seq_len` is larger goes through the model in chunks of examples, so a long
+/// context reports progress between them and holds less in memory at once. Contexts within it
+/// (every training evaluation of the lab's presets) run in one pass, as before.
+pub const EVAL_CHUNK_TOKENS: usize = 1 << 15;
+
+/// [`evaluate`], calling `progress(examples done, examples in all)` after each forward pass
+/// (one per batch, or per chunk of [`EVAL_CHUNK_TOKENS`] tokens at long contexts).
+///
+/// A batch split into chunks sums its loss, accuracy and probe energies over the chunks in
+/// example order, so the batch's numbers are those of one pass up to the rounding of the
+/// chunks' own forward passes (a matrix product over fewer rows may round otherwise).
+pub fn evaluate_with_progress(
+    model: &Transformer,
+    cfg: &RunConfig,
+    device: &Device,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Evaluation {
     let start = Instant::now();
     let model = model.valid();
     let task = cfg.task();
@@ -502,6 +523,8 @@ pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evalua
     let mut energy_sum: Vec<Vec<Vec<f64>>> = Vec::new();
     let mut batch_theta = Vec::with_capacity(cfg.eval_batches);
     let mut probe_ms = 0.0;
+    let chunk = (EVAL_CHUNK_TOKENS / cfg.seq_len.max(1)).clamp(1, cfg.batch_size.max(1));
+    let total = cfg.eval_batches * cfg.batch_size;
     for i in 0..cfg.eval_batches {
         let examples = task
             .batch(
@@ -511,38 +534,52 @@ pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evalua
                 cfg.batch_size,
             )
             .expect("config validated");
-        let real = task.real_positions(&examples);
-        let batch = to_batch(&examples, &eval_device);
-        let (logits, qk) = model.forward_with_qk(batch.inputs.clone());
-        let (loss, ok) = masked_cross_entropy_for(
-            model.kernel,
-            logits,
-            batch.targets,
-            batch.mask,
-            batch.n_scored,
-        );
-        loss_sum += loss.into_scalar::<f32>() as f64 * batch.n_scored as f64;
-        correct += ok.into_scalar::<f32>() as f64;
-        scored += batch.n_scored;
-        let t0 = Instant::now();
-        let layers: Vec<(Vec<f32>, Vec<f32>)> = qk
-            .into_iter()
-            .map(|l| {
-                (
-                    l.q.into_data().try_to_vec::<f32>().expect("f32 q"),
-                    l.k.into_data().try_to_vec::<f32>().expect("f32 k"),
-                )
-            })
-            .collect();
-        let energy = probe::layer_head_energy(
-            &layers,
-            cfg.batch_size,
-            cfg.n_heads,
-            cfg.seq_len,
-            cfg.head_dim(),
-            &spectrum.map,
-            real.as_deref(),
-        );
+        // This batch's energy sums over its real pairs, and their number.
+        let mut batch_sums: Vec<Vec<Vec<f64>>> = Vec::new();
+        let mut batch_pairs = 0usize;
+        for (c, part) in examples.chunks(chunk).enumerate() {
+            let real = task.real_positions(part);
+            let batch = to_batch(part, &eval_device);
+            let (logits, qk) = model.forward_with_qk(batch.inputs.clone());
+            let (loss, ok) = masked_cross_entropy_for(
+                model.kernel,
+                logits,
+                batch.targets,
+                batch.mask,
+                batch.n_scored,
+            );
+            loss_sum += loss.into_scalar::<f32>() as f64 * batch.n_scored as f64;
+            correct += ok.into_scalar::<f32>() as f64;
+            scored += batch.n_scored;
+            let t0 = Instant::now();
+            let layers: Vec<(Vec<f32>, Vec<f32>)> = qk
+                .into_iter()
+                .map(|l| {
+                    (
+                        l.q.into_data().try_to_vec::<f32>().expect("f32 q"),
+                        l.k.into_data().try_to_vec::<f32>().expect("f32 k"),
+                    )
+                })
+                .collect();
+            let (sums, pairs) = probe::layer_head_energy_sums(
+                &layers,
+                part.len(),
+                cfg.n_heads,
+                cfg.seq_len,
+                cfg.head_dim(),
+                &spectrum.map,
+                real.as_deref(),
+            );
+            batch_pairs += pairs;
+            if batch_sums.is_empty() {
+                batch_sums = sums;
+            } else {
+                add_energies(&mut batch_sums, sums);
+            }
+            probe_ms += t0.elapsed().as_secs_f64() * 1e3;
+            progress(i * cfg.batch_size + (c * chunk + part.len()), total);
+        }
+        let energy = probe::divide_energy(batch_sums, batch_pairs);
         batch_theta.push(probe::effective_freq(
             &probe::pooled_spectrum(&energy),
             &theta,
@@ -550,15 +587,8 @@ pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evalua
         if energy_sum.is_empty() {
             energy_sum = energy;
         } else {
-            for (acc_l, e_l) in energy_sum.iter_mut().zip(energy) {
-                for (acc_h, e_h) in acc_l.iter_mut().zip(e_l) {
-                    for (a, e) in acc_h.iter_mut().zip(e_h) {
-                        *a += e;
-                    }
-                }
-            }
+            add_energies(&mut energy_sum, energy);
         }
-        probe_ms += t0.elapsed().as_secs_f64() * 1e3;
     }
     let n = cfg.eval_batches as f64;
     for l in energy_sum.iter_mut() {
@@ -588,6 +618,17 @@ pub fn evaluate(model: &Transformer, cfg: &RunConfig, device: &Device) -> Evalua
         energy: energy_sum,
         probe_ms,
         eval_ms: start.elapsed().as_secs_f64() * 1e3,
+    }
+}
+
+/// `acc[l][h][i] += e[l][h][i]`.
+fn add_energies(acc: &mut [Vec<Vec<f64>>], e: Vec<Vec<Vec<f64>>>) {
+    for (acc_l, e_l) in acc.iter_mut().zip(e) {
+        for (acc_h, e_h) in acc_l.iter_mut().zip(e_l) {
+            for (a, x) in acc_h.iter_mut().zip(e_h) {
+                *a += x;
+            }
+        }
     }
 }
 

@@ -358,7 +358,7 @@ fn rope_freqs_negative_factor_and_seq_len_alias() {
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(
         stderr.trim_end(),
-        "error: factor = -2 is out of range: must be a finite number > 0"
+        "error: --factor -2 is out of range: must be a number in (0, 65536]"
     );
     let freqs = |flag: &str| {
         let o = lab()

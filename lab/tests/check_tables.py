@@ -61,6 +61,8 @@ EXPECTED = {
         "variant": S, "width_source": S, "pooling": S, "beta": F64, "c": F64, "r2": F64,
         "beta_ci_low": F64, "beta_ci_high": F64, "c_ci_low": F64, "c_ci_high": F64,
         "n": I64, "n_seeds": I64, "n_boot": I64, "resample": S, "reference_c": F64,
+        "n_widths": I64, "width_span": F64, "min_seeds_per_width": I64, "min_accuracy": F64,
+        "verdict": S,
     },
 }
 

@@ -1119,10 +1119,23 @@ fn plot_refuses_another_sweeps_results() {
         assert_eq!(
             err.to_string(),
             format!(
-                "{} holds runs of sweep block-width, not {wanted}: pass the results folder of sweep {wanted} with --results (default results/{wanted})",
+                "{} holds runs of sweep block-width, not {wanted}: name sweep block-width instead, or pass the results folder of sweep {wanted} with --results (default <lab root>/results/{wanted})",
                 dir.display()
             )
         );
+        // `lab report` refuses the same folder (issue 51, item 6: it wrote indirect-indexing's
+        // claim over block-width's fits and exited 0).
+        let page = dir.join("report.html");
+        let err =
+            lab::report::write_report(wanted, &dir, &page, &lab::sweep::sweeps_dir()).unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "{} holds runs of sweep block-width, not {wanted}",
+                dir.display()
+            )),
+            "{err}"
+        );
+        assert!(!page.exists(), "no page written");
     }
     assert!(!dir.join("figures").exists(), "nothing drawn");
     // A new experiment's own sweep name: not refused by this check (it fails later, on the

@@ -81,6 +81,19 @@ fn smoke_sweep_end_to_end_and_resume() {
     for group in ["rope/copy", "rope/recall", "pope/copy", "pope/recall"] {
         assert!(first.contains(group), "no {group} fit in:\n{first}");
     }
+    // Issue 51, item 5 (R57): 2 widths, 2 seeds, models that did not learn: no verdict (it
+    // printed "pope/recall: the law holds (β = 0.804, R² = 0.975)").
+    let line = first.lines().find(|l| l.starts_with("Verdict")).unwrap();
+    let verdict = line.split_once("R57): ").unwrap().1;
+    assert!(
+        !verdict.contains("the law holds") && !verdict.contains("not reproduced"),
+        "{line}"
+    );
+    assert_eq!(
+        verdict.matches(": no verdict: 2 width(s) over 4×").count(),
+        4,
+        "{verdict}"
+    );
     let second = run("20 runs (0 run now, 20 already finished, 0 failed)");
     // Same tables → same fit lines.
     let fit_lines = |s: &str| {
@@ -373,9 +386,10 @@ fn unknown_preset_is_one_line() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: --preset huge: "), "{err}");
     assert!(
         err.contains(
-            "unknown preset `huge`; available presets: copy-1layer, fixed300, full, long, member, member-9seeds, member-confirm, member-long, member-replicate, p-rope, pope, pope-3seeds, quick, quick-burn, quick-replicates, quick-seeds345, quick-seeds678, recall-2000, recall-context, recall-long, smoke, window, window-long"
+            "block-width.toml has no preset `huge`; available presets: copy-1layer, fixed300, full, long, member, member-9seeds, member-confirm, member-long, member-replicate, p-rope, pope, pope-3seeds, quick, quick-burn, quick-replicates, quick-seeds345, quick-seeds678, recall-2000, recall-context, recall-long, smoke, window, window-long"
         ),
         "{err}"
     );

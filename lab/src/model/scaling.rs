@@ -143,20 +143,47 @@ pub fn scaled_inv_freq(
 ) -> Result<ScaledFreqs, ScalingError> {
     let err = |field, value: f64, allowed| ScalingError {
         field,
-        value: value.to_string(),
+        value: number_text(value),
         allowed,
     };
-    if head_dim < 4 || head_dim % 2 != 0 {
-        return Err(err("head_dim", head_dim as f64, "must be even and ≥ 4"));
+    if !(4..=MAX_HEAD_DIM).contains(&head_dim) || head_dim % 2 != 0 {
+        return Err(err(
+            "head_dim",
+            head_dim as f64,
+            "must be even and in 4..=4096",
+        ));
     }
-    if !(base > 1.0 && base.is_finite()) {
-        return Err(err("base", base, "must be a finite number > 1"));
+    if !(base > 1.0 && base <= MAX_BASE) {
+        return Err(err("base", base, "must be a number in (1, 1e12]"));
     }
-    if !(scaling.factor > 0.0 && scaling.factor.is_finite()) {
-        return Err(err("factor", scaling.factor, "must be a finite number > 0"));
+    if !(scaling.factor > 0.0 && scaling.factor <= MAX_FACTOR) {
+        return Err(err(
+            "factor",
+            scaling.factor,
+            "must be a number in (0, 65536]",
+        ));
     }
-    if scaling.original_max_len == 0 {
-        return Err(err("original_max_len", 0.0, "must be ≥ 1"));
+    if !(1..=MAX_LEN).contains(&scaling.original_max_len) {
+        return Err(err(
+            "original_max_len",
+            scaling.original_max_len as f64,
+            "must be in 1..=16777216",
+        ));
+    }
+    if let Some(l) = scaling.seq_len
+        && !(1..=MAX_LEN).contains(&l)
+    {
+        return Err(err("seq_len", l as f64, "must be in 1..=16777216"));
+    }
+    for (field, v) in [
+        ("beta_fast", scaling.beta_fast),
+        ("beta_slow", scaling.beta_slow),
+        ("low_freq_factor", scaling.low_freq_factor),
+        ("high_freq_factor", scaling.high_freq_factor),
+    ] {
+        if !(v > 0.0 && v <= MAX_FACTOR) {
+            return Err(err(field, v, "must be a number in (0, 65536]"));
+        }
     }
     let d = head_dim as f64;
     let s = scaling.factor;
@@ -235,10 +262,55 @@ pub fn scaled_inv_freq(
             (inv, 1.0)
         }
     };
+    // A scaled base can overflow (NTK with a huge factor: base·s^(d/(d−2)) = ∞ gives
+    // inv_freq = [1, 0, 0, …], a different model): every frequency must stay a positive number.
+    if let Some(f) = inv_freq.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+        return Err(ScalingError {
+            field: "factor",
+            value: number_text(scaling.factor),
+            allowed: if f.is_finite() {
+                "too large for this base and head_dim: a scaled frequency underflows to 0"
+            } else {
+                "too large for this base and head_dim: a scaled frequency is not finite"
+            },
+        });
+    }
     Ok(ScaledFreqs {
         inv_freq,
         attention_factor,
     })
+}
+
+/// A number as an error shows it: as typed for ordinary sizes (`2`, `0.5`), in exponent form
+/// for very large or small ones (`1e308`, not 309 digits).
+pub fn number_text(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && !(1e-4..1e9).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        x.to_string()
+    }
+}
+
+/// Largest head dimension a scaling accepts.
+pub const MAX_HEAD_DIM: usize = 4096;
+/// Largest RoPE base a scaling accepts.
+pub const MAX_BASE: f64 = 1e12;
+/// Largest scale factor (and YaRN β, Llama 3 factor) accepted: 2^16, the longest context a task
+/// generates ([`tasks::MAX_SEQ_LEN`]) over a one-token training length.
+pub const MAX_FACTOR: f64 = 65536.0;
+/// Largest original or current length a scaling accepts, tokens (2^24).
+pub const MAX_LEN: usize = 1 << 24;
+
+impl ScalingError {
+    /// The error as the command line spells the field: `--factor 1e308 is out of range: …`
+    /// (`field` `beta_fast` is the flag `--beta-fast`; `seq_len` is `--scaling-seq-len`).
+    pub fn for_cli(&self) -> String {
+        let flag = match self.field {
+            "seq_len" => "scaling-seq-len".to_string(),
+            f => f.replace('_', "-"),
+        };
+        format!("--{flag} {} is out of range: {}", self.value, self.allowed)
+    }
 }
 
 #[cfg(test)]
@@ -323,7 +395,99 @@ mod tests {
         };
         assert_eq!(
             scaled_inv_freq(8, 10000.0, &bad).unwrap_err().to_string(),
-            "factor = -1 is out of range: must be a finite number > 0"
+            "factor = -1 is out of range: must be a number in (0, 65536]"
         );
+        assert_eq!(
+            scaled_inv_freq(8, 10000.0, &bad).unwrap_err().for_cli(),
+            "--factor -1 is out of range: must be a number in (0, 65536]"
+        );
+        // NaN and ∞ anywhere are refused by name, never computed with.
+        for (field, s) in [
+            (
+                "factor",
+                RopeScaling {
+                    kind: ScalingKind::Ntk,
+                    factor: f64::NAN,
+                    ..Default::default()
+                },
+            ),
+            (
+                "factor",
+                RopeScaling {
+                    kind: ScalingKind::Ntk,
+                    factor: 1e308,
+                    ..Default::default()
+                },
+            ),
+            (
+                "beta_fast",
+                RopeScaling {
+                    kind: ScalingKind::Yarn,
+                    factor: 2.0,
+                    beta_fast: f64::INFINITY,
+                    ..Default::default()
+                },
+            ),
+            (
+                "beta_slow",
+                RopeScaling {
+                    kind: ScalingKind::Yarn,
+                    factor: 2.0,
+                    beta_slow: f64::NAN,
+                    ..Default::default()
+                },
+            ),
+            (
+                "high_freq_factor",
+                RopeScaling {
+                    kind: ScalingKind::Llama3,
+                    factor: 2.0,
+                    high_freq_factor: f64::INFINITY,
+                    ..Default::default()
+                },
+            ),
+        ] {
+            assert_eq!(scaled_inv_freq(8, 10000.0, &s).unwrap_err().field, field);
+        }
+        assert_eq!(
+            scaled_inv_freq(8, f64::INFINITY, &RopeScaling::default())
+                .unwrap_err()
+                .field,
+            "base"
+        );
+        assert_eq!(
+            scaled_inv_freq(1 << 20, 10000.0, &RopeScaling::default())
+                .unwrap_err()
+                .field,
+            "head_dim"
+        );
+    }
+
+    /// Issue 51, item 4: `--scaling ntk --factor` large enough that the NTK base overflows used to
+    /// give `inv_freq = [1, 0, 0, …]` (then evaluated as a model); within the allowed factors,
+    /// an overflow or underflow of the scaled frequencies is refused.
+    #[test]
+    fn a_scaling_whose_frequencies_overflow_is_refused() {
+        // NTK at d = 4: base·s^(4/2) = 1e4·s²; s = 65536 gives 4.3e13, still finite, θ_1 > 0.
+        let ok = RopeScaling {
+            kind: ScalingKind::Ntk,
+            factor: 65536.0,
+            ..Default::default()
+        };
+        let f = scaled_inv_freq(4, 10000.0, &ok).unwrap();
+        assert!(f.inv_freq.iter().all(|x| x.is_finite() && *x > 0.0));
+        // Base 1e12 at d = 4096: θ_{2047} = b'^(−2046/2048) with b' = 1e12·65536^(4096/4094):
+        // about 1e-16.8, still positive. Dynamic NTK at the longest length: also finite.
+        let dynamic = RopeScaling {
+            kind: ScalingKind::Dynamic,
+            factor: 65536.0,
+            original_max_len: 1,
+            seq_len: Some(MAX_LEN),
+            ..Default::default()
+        };
+        match scaled_inv_freq(4096, 1e12, &dynamic) {
+            Ok(f) => assert!(f.inv_freq.iter().all(|x| x.is_finite() && *x > 0.0)),
+            Err(e) => assert_eq!(e.field, "factor", "{e}"),
+        }
     }
 }

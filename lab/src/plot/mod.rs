@@ -72,7 +72,7 @@ pub enum PlotError {
     },
     /// The results folder holds another sweep's runs (its `runs` table says which).
     #[error(
-        "{results} holds runs of sweep {found}, not {wanted}: pass the results folder of sweep {wanted} with --results (default results/{wanted})"
+        "{results} holds runs of sweep {found}, not {wanted}: name sweep {found} instead, or pass the results folder of sweep {wanted} with --results (default <lab root>/results/{wanted})"
     )]
     WrongSweep {
         /// The folder.
@@ -197,7 +197,13 @@ pub fn figure_caption(sweep: &str, stem: &str) -> &'static str {
 /// `lab plot igsm-ops --results results/block-width`). Runs of a sweep file without figures of
 /// its own (a new experiment drawn with an existing sweep's figures) and folders without a
 /// `runs` table (MI sweeps) pass.
-fn check_sweep(sweep: &str, results: &Path) -> Result<(), PlotError> {
+/// Refuse a results folder whose runs belong to another sweep with figures than `sweep` (a
+/// folder of a sweep file without figures, or of runs of several sweeps, passes). `lab plot` and
+/// `lab report` check it first.
+///
+/// # Errors
+/// [`PlotError::WrongSweep`], or a `runs` table that cannot be read.
+pub fn check_sweep(sweep: &str, results: &Path) -> Result<(), PlotError> {
     let path = results.join("runs.parquet");
     if !path.is_file() {
         return Ok(());

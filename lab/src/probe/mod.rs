@@ -236,6 +236,22 @@ pub fn layer_head_energy(
     map: &SpectrumMap,
     real: Option<&[bool]>,
 ) -> Vec<Vec<Vec<f64>>> {
+    let (sums, pairs) = layer_head_energy_sums(layers, batch, heads, seq, head_dim, map, real);
+    divide_energy(sums, pairs)
+}
+
+/// [`layer_head_energy`] before the division: the energy sums over the batch's real causal
+/// pairs, `sums[l][h][i]`, and the number of those pairs (so that the sums of several chunks
+/// of a batch can be added before dividing).
+pub fn layer_head_energy_sums(
+    layers: &[(Vec<f32>, Vec<f32>)],
+    batch: usize,
+    heads: usize,
+    seq: usize,
+    head_dim: usize,
+    map: &SpectrumMap,
+    real: Option<&[bool]>,
+) -> (Vec<Vec<Vec<f64>>>, usize) {
     if let Some(r) = real {
         assert_eq!(r.len(), batch * seq, "real must be [batch, seq]");
     }
@@ -245,9 +261,7 @@ pub fn layer_head_energy(
         None => batch * n_causal_pairs(seq),
         Some(_) => (0..batch).map(|b| n_real_pairs(real_of(b).unwrap())).sum(),
     };
-    // An example of padding only has no real pair: its energy is 0 (uniform once normalised).
-    let norm = n_pairs.max(1) as f64;
-    layers
+    let sums = layers
         .iter()
         .map(|(q, k)| {
             (0..heads)
@@ -271,8 +285,22 @@ pub fn layer_head_energy(
                             *t += x;
                         }
                     }
-                    total.iter().map(|x| x / norm).collect()
+                    total
                 })
+                .collect()
+        })
+        .collect();
+    (sums, n_pairs)
+}
+
+/// `sums[l][h][i] / pairs`: energy sums over `pairs` real causal pairs into their mean. With no
+/// pair (an all-padding batch) the energy is 0 (uniform once normalised).
+pub fn divide_energy(sums: Vec<Vec<Vec<f64>>>, pairs: usize) -> Vec<Vec<Vec<f64>>> {
+    let norm = pairs.max(1) as f64;
+    sums.into_iter()
+        .map(|l| {
+            l.into_iter()
+                .map(|h| h.iter().map(|x| x / norm).collect())
                 .collect()
         })
         .collect()
@@ -532,7 +560,10 @@ mod tests {
             let own = head_energy_sums(m, &q[..prefix * d], &k[..prefix * d], prefix, d);
             let mut padded_q = q.clone();
             let mut padded_k = k.clone();
-            for x in padded_q[prefix * d..].iter_mut().chain(&mut padded_k[prefix * d..]) {
+            for x in padded_q[prefix * d..]
+                .iter_mut()
+                .chain(&mut padded_k[prefix * d..])
+            {
                 *x = 50.0;
             }
             let real: Vec<bool> = (0..seq).map(|t| t < prefix).collect();

@@ -363,13 +363,82 @@ pub struct FitRow {
     pub pooling: String,
     /// The fit.
     pub fit: LawFit,
+    /// What the fit's runs are made of, for the verdict's minimum (docs/analysis-rules.md R57).
+    pub support: FitSupport,
 }
+
+/// The runs behind one fit, as R57 (docs/analysis-rules.md) reads them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FitSupport {
+    /// Distinct widths `W`.
+    pub n_widths: usize,
+    /// Largest width over the smallest.
+    pub width_span: f64,
+    /// Fewest seeds at any one width.
+    pub min_seeds_per_width: usize,
+    /// Lowest final held-out accuracy among the runs (`None` when a run has no accuracy).
+    pub min_accuracy: Option<f64>,
+}
+
+/// R57's minimum for a verdict: distinct widths.
+pub const VERDICT_MIN_WIDTHS: usize = 4;
+/// R57's minimum for a verdict: the largest width over the smallest.
+pub const VERDICT_MIN_SPAN: f64 = 4.0;
+/// R57's minimum for a verdict: seeds at every width.
+pub const VERDICT_MIN_SEEDS: usize = 3;
+/// R57's minimum for a verdict: every run's final held-out accuracy.
+pub const VERDICT_MIN_ACCURACY: f64 = 0.9;
 
 /// Whether a law fit reproduces θ* ∝ 1/W: β ∈ [0.8, 1.2] and R² ≥ 0.8 (issue 14's criterion for
 /// the block-width law, stated before the fits; `lab sweep`'s verdict lines and `lab report`'s
-/// verdict column apply it to the headline pooling of docs/analysis-rules.md R1–R2).
+/// verdict column apply it to the headline pooling of docs/analysis-rules.md R1–R2, through
+/// [`law_verdict`]).
 pub fn law_holds(beta: f64, r2: f64) -> bool {
     (0.8..=1.2).contains(&beta) && r2 >= 0.8
+}
+
+/// The verdict on a law fit (docs/analysis-rules.md R57, then [`law_holds`]): `the law holds`,
+/// `not reproduced`, or `no verdict: <reasons>` when its runs miss a minimum — fewer than
+/// [`VERDICT_MIN_WIDTHS`] widths or a span under [`VERDICT_MIN_SPAN`]×, fewer than
+/// [`VERDICT_MIN_SEEDS`] seeds at some width, a run below [`VERDICT_MIN_ACCURACY`] (or without
+/// an accuracy).
+pub fn law_verdict(beta: f64, r2: f64, support: &FitSupport) -> String {
+    let mut missing = Vec::new();
+    if support.n_widths < VERDICT_MIN_WIDTHS || support.width_span < VERDICT_MIN_SPAN {
+        missing.push(format!(
+            "{} width(s) over {}× (needs ≥ {VERDICT_MIN_WIDTHS} over ≥ {VERDICT_MIN_SPAN}×)",
+            support.n_widths,
+            (support.width_span * 10.0).round() / 10.0
+        ));
+    }
+    if support.min_seeds_per_width < VERDICT_MIN_SEEDS {
+        missing.push(format!(
+            "{} seed(s) at some width (needs ≥ {VERDICT_MIN_SEEDS} at every width)",
+            support.min_seeds_per_width
+        ));
+    }
+    match support.min_accuracy {
+        Some(a) if a >= VERDICT_MIN_ACCURACY => {}
+        Some(a) => missing.push(format!(
+            "a run at accuracy {a:.3} (needs ≥ {VERDICT_MIN_ACCURACY} in every run)"
+        )),
+        None => missing.push("a run without a final accuracy".to_string()),
+    }
+    if !missing.is_empty() {
+        return format!("no verdict: {}", missing.join("; "));
+    }
+    if law_holds(beta, r2) {
+        "the law holds".to_string()
+    } else {
+        "not reproduced".to_string()
+    }
+}
+
+impl FitRow {
+    /// [`law_verdict`] of this fit.
+    pub fn verdict(&self) -> String {
+        law_verdict(self.fit.fit.beta, self.fit.fit.r2, &self.support)
+    }
 }
 
 /// The `fit` table.
@@ -400,5 +469,21 @@ pub fn fit_table(rows: &[FitRow]) -> RecordBatch {
         .i64("n_boot", rows.iter().map(|r| r.fit.n_boot as i64).collect())
         .str("resample", s(&|r| r.fit.resample.to_string()))
         .f64("reference_c", vec![std::f64::consts::PI; n])
+        .i64(
+            "n_widths",
+            rows.iter().map(|r| r.support.n_widths as i64).collect(),
+        )
+        .f64("width_span", x(&|r| r.support.width_span))
+        .i64(
+            "min_seeds_per_width",
+            rows.iter()
+                .map(|r| r.support.min_seeds_per_width as i64)
+                .collect(),
+        )
+        .f64(
+            "min_accuracy",
+            x(&|r| r.support.min_accuracy.unwrap_or(f64::NAN)),
+        )
+        .str("verdict", s(&|r| r.verdict()))
         .build()
 }

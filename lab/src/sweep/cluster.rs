@@ -61,6 +61,89 @@ impl Shard {
     }
 }
 
+/// `--slurm-time`: a Slurm time limit, `MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM` or
+/// `D-HH:MM:SS` (sbatch(1), `--time`), at least one minute. Returns it unchanged.
+///
+/// # Errors
+/// One line naming the value and the forms allowed (as clap prints a value parser's error).
+pub fn parse_slurm_time(s: &str) -> Result<String, String> {
+    let bad = || {
+        format!(
+            "`{s}` is not a Slurm time limit: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 02:00:00, 1-12), at least 1 minute"
+        )
+    };
+    let num = |p: &str| -> Result<u64, String> {
+        if p.is_empty() || p.len() > 6 || !p.chars().all(|c| c.is_ascii_digit()) {
+            return Err(bad());
+        }
+        p.parse().map_err(|_| bad())
+    };
+    let (days, rest) = match s.split_once('-') {
+        Some((d, r)) => (Some(num(d)?), r),
+        None => (None, s),
+    };
+    let parts: Vec<u64> = rest.split(':').map(num).collect::<Result<_, _>>()?;
+    let seconds = match (days, parts.as_slice()) {
+        (None, [m]) => m * 60,
+        (None, [m, sec]) if *sec < 60 => m * 60 + sec,
+        (None, [h, m, sec]) if *m < 60 && *sec < 60 => h * 3600 + m * 60 + sec,
+        (Some(d), [h]) if *h < 24 => d * 86400 + h * 3600,
+        (Some(d), [h, m]) if *h < 24 && *m < 60 => d * 86400 + h * 3600 + m * 60,
+        (Some(d), [h, m, sec]) if *h < 24 && *m < 60 && *sec < 60 => {
+            d * 86400 + h * 3600 + m * 60 + sec
+        }
+        _ => return Err(bad()),
+    };
+    if seconds < 60 {
+        return Err(bad());
+    }
+    Ok(s.to_string())
+}
+
+/// `--slurm-mem`: a Slurm memory size, a whole number ≥ 1 with an optional unit `K`, `M`, `G`
+/// or `T` (sbatch(1), `--mem`; no unit means megabytes). Returns it unchanged.
+///
+/// # Errors
+/// One line naming the value and the form allowed.
+pub fn parse_slurm_mem(s: &str) -> Result<String, String> {
+    let digits = s.trim_end_matches(['K', 'M', 'G', 'T', 'k', 'm', 'g', 't']);
+    let unit_len = s.len() - digits.len();
+    let ok = unit_len <= 1
+        && !digits.is_empty()
+        && digits.len() <= 9
+        && digits.chars().all(|c| c.is_ascii_digit())
+        && digits.parse::<u64>().is_ok_and(|n| n >= 1);
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "`{s}` is not a Slurm memory size: a whole number ≥ 1 with an optional unit K, M, G or T (e.g. 4G, 500M)"
+        ))
+    }
+}
+
+/// `--slurm-partition`: a partition name (letters, digits, `_`, `-`, `.`; `,` between several),
+/// at most 64 characters, so that the `#SBATCH` line holds exactly it. Returns it unchanged.
+///
+/// # Errors
+/// One line naming the value and the characters allowed.
+pub fn parse_slurm_partition(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s.split(',').all(|p| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+        });
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "`{s}` is not a Slurm partition: letters, digits, _, - and ., several separated by commas (at most 64 characters)"
+        ))
+    }
+}
+
 /// Resources and layout of an emitted Slurm job array.
 #[derive(Clone, Debug)]
 pub struct SlurmOptions {
@@ -174,6 +257,42 @@ pub fn slurm_script(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slurm_values_are_checked() {
+        for ok in [
+            "30",
+            "90:00",
+            "02:00:00",
+            "1-12",
+            "2-06:30",
+            "0-01:00:00",
+            "100:00:00",
+        ] {
+            assert_eq!(parse_slurm_time(ok).as_deref(), Ok(ok), "{ok}");
+        }
+        for bad in [
+            "banana", "", "0", "00:30", "1:60", "1-24", "1-", "-1", "2:3:4:5", "1.5", "nan", "inf",
+        ] {
+            let e = parse_slurm_time(bad).unwrap_err();
+            assert!(
+                e.starts_with(&format!("`{bad}` is not a Slurm time limit")),
+                "{e}"
+            );
+        }
+        for ok in ["4G", "500M", "1024", "2T", "64k"] {
+            assert_eq!(parse_slurm_mem(ok).as_deref(), Ok(ok));
+        }
+        for bad in ["banana", "", "0G", "-4G", "4GB", "4.5G", "inf", "G"] {
+            assert!(parse_slurm_mem(bad).is_err(), "{bad}");
+        }
+        for ok in ["gpu", "short,long", "a100_80g", "p-1.x"] {
+            assert_eq!(parse_slurm_partition(ok).as_deref(), Ok(ok));
+        }
+        for bad in ["", "a b", "gpu\n#SBATCH --mem=1", "a,,b", "x;rm"] {
+            assert!(parse_slurm_partition(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn parse_and_display() {

@@ -138,7 +138,8 @@ pub fn dry_run_text(spec: &SweepSpec, opts: &SweepOptions) -> Result<String, Swe
     }
     let out = &opts.out_dir;
     let mut s = format!(
-        "dry run: sweep {} (preset {}{}) into {}\n",
+        "{}\ndry run: sweep {} (preset {}{}) into {}\n",
+        crate::paths::where_line(Some(&spec.path), &opts.out_dir),
         spec.name,
         opts.preset,
         opts.shard
@@ -185,50 +186,138 @@ pub fn dry_run_text(spec: &SweepSpec, opts: &SweepOptions) -> Result<String, Swe
         todo.len(),
         opts.jobs.max(1)
     ));
-    let mut costs: Vec<(f64, f64)> = plan
-        .iter()
-        .filter_map(|r| step_cost(out, &r.config.run_id()))
-        .collect();
-    let mut source = "finished runs of this plan";
-    if costs.is_empty() {
-        source = "finished runs in the folder (other settings)";
-        costs = std::fs::read_dir(out.join("runs"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| step_cost(out, &e.file_name().to_string_lossy()))
-            .collect();
-    }
     if todo.is_empty() {
         s.push_str("nothing to train");
-    } else if costs.is_empty() {
-        s.push_str("no estimate: no finished run in the folder to time steps from");
     } else {
-        let n = costs.len() as f64;
-        let per_token = costs.iter().map(|c| c.0).sum::<f64>() / n;
-        let frac = costs.iter().map(|c| c.1).sum::<f64>() / n;
-        let secs: f64 = todo
-            .iter()
-            .map(|r| {
-                r.config.steps as f64
-                    * frac
-                    * r.config.batch_size as f64
-                    * r.config.seq_len as f64
-                    * per_token
-            })
-            .sum::<f64>()
-            / opts.jobs.max(1) as f64;
-        s.push_str(&format!(
-            "estimated {:.1} min for the {} runs to train ({:.1} µs per training token and {:.0} % of the step cap, means over {} {source}; at the full cap {:.1} min)",
-            secs / 60.0,
-            todo.len(),
-            per_token * 1e6,
-            frac * 100.0,
-            costs.len(),
-            secs / frac / 60.0
-        ));
+        match CostEstimate::of(&plan, out) {
+            None => s.push_str("no estimate: no finished run in the folder to time steps from"),
+            Some(c) => {
+                let secs = c.seconds(&todo, opts.jobs);
+                s.push_str(&format!(
+                    "estimated {:.1} min for the {} runs to train ({:.1} µs per training token and {:.0} % of the step cap, means over {} {}; at the full cap {:.1} min)",
+                    secs / 60.0,
+                    todo.len(),
+                    c.per_token * 1e6,
+                    c.frac * 100.0,
+                    c.runs,
+                    c.source,
+                    secs / c.frac / 60.0
+                ));
+            }
+        }
     }
     Ok(s)
+}
+
+/// What the finished runs of a folder say a training token costs (the dry run's estimate).
+struct CostEstimate {
+    /// Mean wall time per training token, seconds.
+    per_token: f64,
+    /// Mean share of the step cap trained (spectrum stops end early).
+    frac: f64,
+    /// Finished runs the means are over.
+    runs: usize,
+    /// Which runs: the plan's, else the folder's.
+    source: &'static str,
+}
+
+impl CostEstimate {
+    /// From the finished runs of `plan` in `out`, else from every finished run in `out`;
+    /// `None` without any.
+    fn of(plan: &[super::spec::PlannedRun], out: &Path) -> Option<Self> {
+        let mut costs: Vec<(f64, f64)> = plan
+            .iter()
+            .filter_map(|r| step_cost(out, &r.config.run_id()))
+            .collect();
+        let mut source = "finished runs of this plan";
+        if costs.is_empty() {
+            source = "finished runs in the folder (other settings)";
+            costs = std::fs::read_dir(out.join("runs"))
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| step_cost(out, &e.file_name().to_string_lossy()))
+                .collect();
+        }
+        if costs.is_empty() {
+            return None;
+        }
+        let n = costs.len() as f64;
+        Some(CostEstimate {
+            per_token: costs.iter().map(|c| c.0).sum::<f64>() / n,
+            frac: costs.iter().map(|c| c.1).sum::<f64>() / n,
+            runs: costs.len(),
+            source,
+        })
+    }
+
+    /// Estimated wall seconds of `todo` with `jobs` runs at once.
+    fn seconds(&self, todo: &[&super::spec::PlannedRun], jobs: usize) -> f64 {
+        todo.iter()
+            .map(|r| {
+                r.config.steps as f64
+                    * self.frac
+                    * r.config.batch_size as f64
+                    * r.config.seq_len as f64
+                    * self.per_token
+            })
+            .sum::<f64>()
+            / jobs.max(1) as f64
+    }
+}
+
+/// Runs to train above which `lab sweep` asks before it starts ([`confirm_size`]).
+pub const CONFIRM_RUNS: usize = 1000;
+/// Estimated hours above which `lab sweep` asks before it starts ([`confirm_size`]).
+pub const CONFIRM_HOURS: f64 = 24.0;
+
+/// Before a large sweep starts (issue 51, item 9): more than [`CONFIRM_RUNS`] runs to train, or
+/// more than [`CONFIRM_HOURS`] by the dry run's estimate. On a terminal the user is asked
+/// (`y` starts it); elsewhere (a script, a batch job) the sweep is refused unless `--yes` was
+/// given (the caller skips this then). Small sweeps pass silently.
+///
+/// # Errors
+/// A grid that does not expand; a large sweep not confirmed, in one line with its size and
+/// estimate and what to do.
+pub fn confirm_size(spec: &SweepSpec, opts: &SweepOptions) -> Result<(), SweepError> {
+    use std::io::IsTerminal;
+    let mut plan = spec.expand(&opts.preset)?;
+    if let Some(shard) = opts.shard {
+        plan = shard.select(plan);
+    }
+    let todo: Vec<&super::spec::PlannedRun> = plan
+        .iter()
+        .filter(|r| !super::runner::is_finished(&opts.out_dir, &r.config.run_id()))
+        .collect();
+    let hours =
+        CostEstimate::of(&plan, &opts.out_dir).map(|c| c.seconds(&todo, opts.jobs) / 3600.0);
+    let large = todo.len() > CONFIRM_RUNS || hours.is_some_and(|h| h > CONFIRM_HOURS);
+    if !large {
+        return Ok(());
+    }
+    let size = format!(
+        "{} runs to train{}",
+        todo.len(),
+        match hours {
+            Some(h) => format!(", about {h:.1} hours by the dry run's estimate"),
+            None => " (no estimate yet: no finished run in the folder)".to_string(),
+        }
+    );
+    if std::io::stdin().is_terminal() && std::io::stderr().is_terminal() {
+        eprint!(
+            "lab sweep {} (preset {}): {size}. Start it? [y/N] ",
+            spec.name, opts.preset
+        );
+        let mut answer = String::new();
+        let _ = std::io::stdin().read_line(&mut answer);
+        if matches!(answer.trim(), "y" | "Y" | "yes") {
+            return Ok(());
+        }
+        return Err(SweepError::Data(format!("not started ({size})")));
+    }
+    Err(SweepError::Data(format!(
+        "this sweep is large: {size} (more than {CONFIRM_RUNS} runs or {CONFIRM_HOURS} hours asks first); add --yes to start it, or --dry-run to see the plan"
+    )))
 }
 
 impl SweepReport {
@@ -259,36 +348,85 @@ impl SweepReport {
     }
 }
 
-/// `lab status`: the state of every run of `name`'s `preset` (default: the file's) in `out`
-/// (default `results/<name>`), optionally one shard's runs, as one printable report.
+/// `lab status`: the state of every run of a plan of sweep `name` in `out` (default
+/// `results/<name>` under the lab root, [`super::spec::lab_root`]), as one printable report.
+///
+/// The plan: `preset` (default: the file's) with the `--set` overrides `sets` and the slice
+/// `shard`; when none of the three is given and the folder records a plan of this sweep
+/// (`plan.json`, [`crate::results::plan`]), that plan — so a sweep run with `--set` reads as it ran. The
+/// report ends with the number of finished runs in the folder outside the plan, if any.
 ///
 /// # Errors
-/// An unknown sweep or a grid that does not expand.
+/// An unknown sweep, a bad override or shard, or a grid that does not expand.
 pub fn status_text(
     name: &str,
     dir: &Path,
     preset: Option<String>,
+    sets: &[String],
     out: Option<PathBuf>,
     shard: Option<Shard>,
 ) -> Result<String, SweepError> {
-    let spec = find_sweep(name, dir)?;
-    let preset = preset.unwrap_or_else(|| spec.default_preset.clone());
+    let mut spec = find_sweep(name, dir)?;
+    let out = out.unwrap_or_else(|| super::spec::default_results_dir(&spec.name));
+    let recorded = crate::results::plan::read(&out).filter(|p| p.sweep == spec.name);
+    let (preset, shard, from_folder) = match recorded {
+        Some(p) if preset.is_none() && sets.is_empty() && shard.is_none() => {
+            spec.set(&p.sets)?;
+            let shard = p
+                .shard
+                .as_deref()
+                .map(|s| s.parse::<Shard>())
+                .transpose()
+                .map_err(|e| {
+                    SweepError::Data(format!(
+                        "{}: shard: {e}",
+                        out.join(crate::results::plan::PLAN_FILE).display()
+                    ))
+                })?;
+            (p.preset.clone(), shard, true)
+        }
+        _ => {
+            spec.set(sets)?;
+            let preset = preset.unwrap_or_else(|| spec.default_preset.clone());
+            (preset, shard, false)
+        }
+    };
     let mut plan = spec.expand(&preset)?;
     if let Some(s) = shard {
         plan = s.select(plan);
     }
-    let out = out.unwrap_or_else(|| PathBuf::from("results").join(&spec.name));
     let runs: Vec<(String, String)> = plan
         .iter()
         .map(|r| (r.config.run_id(), r.label()))
         .collect();
     let report = super::status::status(&out, &runs);
-    Ok(format!(
-        "sweep {} (preset {preset}) in {}: {}",
+    let mut what = format!("preset {preset}");
+    for set in spec.sets() {
+        what.push_str(&format!(" --set {set}"));
+    }
+    if let Some(s) = shard {
+        what.push_str(&format!(" --shard {s}"));
+    }
+    if from_folder {
+        what.push_str(", the plan the folder records");
+    }
+    let ids: Vec<String> = runs.iter().map(|(id, _)| id.clone()).collect();
+    let others = crate::results::plan::other_finished(&out, &ids);
+    let mut text = format!(
+        "{}\nsweep {} ({what}) in {}: {}",
+        crate::paths::where_line(Some(&spec.path), &out),
         spec.name,
         out.display(),
         report.text().trim_end()
-    ))
+    );
+    if !others.is_empty() {
+        text.push_str(&format!(
+            "\n{} more finished run(s) in {} are not in this plan (other presets or --set values)",
+            others.len(),
+            out.join("runs").display()
+        ));
+    }
+    Ok(text)
 }
 
 /// `lab bench train-step`: time the training step of the first run of `sweep`'s `preset` with

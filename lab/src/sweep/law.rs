@@ -328,7 +328,13 @@ pub fn fits(sweep: &str, preset: &str, done: &[&RunRecord]) -> Vec<FitRow> {
                         })
                     })
                     .collect();
+                let accuracies: Vec<Option<f64>> = runs
+                    .iter()
+                    .filter(|r| theta_of(r, &pooling).is_some())
+                    .map(|r| r.acc)
+                    .collect();
                 if let Some(fit) = fit_law(&pts, 2000, 0) {
+                    let support = support_of(&pts, &accuracies);
                     out.push(FitRow {
                         sweep: sweep.to_string(),
                         preset: preset.to_string(),
@@ -338,12 +344,41 @@ pub fn fits(sweep: &str, preset: &str, done: &[&RunRecord]) -> Vec<FitRow> {
                         width_source: width_source.to_string(),
                         pooling: pooling.clone(),
                         fit,
+                        support,
                     });
                 }
             }
         }
     }
     out
+}
+
+/// What R57 reads of a fit's points (`width`, `seed`) and of its runs' final accuracies.
+fn support_of(
+    points: &[FitPoint],
+    accuracies: &[Option<f64>],
+) -> crate::results::tables::FitSupport {
+    let mut seeds_at: BTreeMap<u64, std::collections::BTreeSet<u64>> = BTreeMap::new();
+    for p in points {
+        seeds_at
+            .entry(p.width.to_bits())
+            .or_default()
+            .insert(p.seed);
+    }
+    let widths: Vec<f64> = seeds_at.keys().map(|b| f64::from_bits(*b)).collect();
+    let (lo, hi) = widths.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &w| {
+        (lo.min(w), hi.max(w))
+    });
+    let min_accuracy = accuracies
+        .iter()
+        .try_fold(f64::INFINITY, |m, a| a.map(|a| m.min(a)))
+        .filter(|m| m.is_finite());
+    crate::results::tables::FitSupport {
+        n_widths: widths.len(),
+        width_span: if lo > 0.0 { hi / lo } else { 0.0 },
+        min_seeds_per_width: seeds_at.values().map(|s| s.len()).min().unwrap_or(0),
+        min_accuracy,
+    }
 }
 
 fn mean_sd(xs: &[f64]) -> (f64, f64) {
@@ -647,15 +682,10 @@ fn verdict_lines(rows: &[&FitRow]) -> String {
         .iter()
         .filter(|f| f.pooling == headline)
         .map(|f| {
-            let holds = crate::results::tables::law_holds(f.fit.fit.beta, f.fit.fit.r2);
             format!(
                 "{}: {} (β = {:.3}, R² = {:.3})",
                 f.group,
-                if holds {
-                    "the law holds"
-                } else {
-                    "not reproduced"
-                },
+                f.verdict(),
                 f.fit.fit.beta,
                 f.fit.fit.r2
             )
@@ -665,7 +695,7 @@ fn verdict_lines(rows: &[&FitRow]) -> String {
         return String::new();
     }
     format!(
-        "Verdict ({headline} pooling; the law holds when β ∈ [0.8, 1.2] and R² ≥ 0.8): {}\n",
+        "Verdict ({headline} pooling; the law holds when β ∈ [0.8, 1.2] and R² ≥ 0.8, given ≥ 4 widths over ≥ 4×, ≥ 3 seeds per width and accuracy ≥ 0.9 in every run: docs/analysis-rules.md R57): {}\n",
         verdicts.join("; ")
     )
 }
@@ -782,20 +812,71 @@ mod tests {
         let pos = text.find("rope/copy    positional").unwrap();
         let all = text.find("rope/copy    all").unwrap();
         assert!(pos < all, "positional is printed first");
-        // The verdict: the positional layer follows π/W exactly (β = 1, R² = 1); with layer 0
-        // flat instead, β = 0 and the law is not reproduced.
+        // The verdict (R57): 2 seeds at 3 widths are below its minimum, whatever the fit.
         assert!(
-            text.contains("Verdict (positional pooling; the law holds when β ∈ [0.8, 1.2] and R² ≥ 0.8): rope/copy: the law holds (β = 1.000, R² = 1.000)"),
+            text.contains("Verdict (positional pooling; the law holds when β ∈ [0.8, 1.2] and R² ≥ 0.8, given ≥ 4 widths over ≥ 4×, ≥ 3 seeds per width and accuracy ≥ 0.9 in every run: docs/analysis-rules.md R57): rope/copy: no verdict: 3 width(s) over 16× (needs ≥ 4 over ≥ 4×); 2 seed(s) at some width (needs ≥ 3 at every width) (β = 1.000, R² = 1.000)"),
             "{text}"
         );
-        let flat: Vec<RunRecord> = (0..2)
-            .flat_map(|seed| {
-                [4, 16, 64].map(|b| rec(seed, b, 0.01 * (1.0 + b as f64 * 1e-3), 0.01))
-            })
-            .collect();
-        let done: Vec<&RunRecord> = flat.iter().collect();
-        let text = summary_text(&done, &fits("t", "p", &done), 0);
-        assert!(text.contains("rope/copy: not reproduced (β = "), "{text}");
+    }
+
+    /// R57 (docs/analysis-rules.md): a verdict needs ≥ 4 widths over ≥ 4×, ≥ 3 seeds at every
+    /// width and every run at accuracy ≥ 0.9; then β ∈ [0.8, 1.2] and R² ≥ 0.8 decide. Before
+    /// it, the smoke preset (2 widths, 1 seed, accuracy 0.07–0.36) printed "the law holds".
+    #[test]
+    fn a_verdict_needs_widths_seeds_and_learned_runs() {
+        let pi = std::f64::consts::PI;
+        let verdict = |runs: &[RunRecord]| -> String {
+            let done: Vec<&RunRecord> = runs.iter().collect();
+            let f = fits("t", "p", &done);
+            f.iter()
+                .find(|r| r.pooling == "positional" && r.width_source == "dep_width")
+                .unwrap()
+                .verdict()
+        };
+        let grid = |theta: &dyn Fn(i64) -> f64, seeds: i64, widths: &[i64]| -> Vec<RunRecord> {
+            (0..seeds)
+                .flat_map(|seed| widths.iter().map(move |&b| (seed, b)))
+                .map(|(seed, b)| rec(seed, b, theta(b), 0.01))
+                .collect()
+        };
+        let law = |b: i64| pi / b as f64;
+        let full = grid(&law, 3, &[4, 8, 16, 64]);
+        assert_eq!(verdict(&full), "the law holds");
+        let flat = |b: i64| 0.01 * (1.0 + b as f64 * 1e-3);
+        assert_eq!(verdict(&grid(&flat, 3, &[4, 8, 16, 64])), "not reproduced");
+        // One run that did not learn: no verdict, whatever the slope.
+        let mut weak = full.clone();
+        weak[5].acc = Some(0.36);
+        assert_eq!(
+            verdict(&weak),
+            "no verdict: a run at accuracy 0.360 (needs ≥ 0.9 in every run)"
+        );
+        weak[5].acc = None;
+        assert_eq!(verdict(&weak), "no verdict: a run without a final accuracy");
+        // Widths: 3, or 4 over less than 4×.
+        assert_eq!(
+            verdict(&grid(&law, 3, &[4, 16, 64])),
+            "no verdict: 3 width(s) over 16× (needs ≥ 4 over ≥ 4×)"
+        );
+        assert_eq!(
+            verdict(&grid(&law, 3, &[8, 9, 10, 12])),
+            "no verdict: 4 width(s) over 1.5× (needs ≥ 4 over ≥ 4×)"
+        );
+        // Seeds: one width with 2 seeds.
+        let mut thin = full.clone();
+        thin.retain(|r| !(r.seed == 2 && r.block_len == 8));
+        assert_eq!(
+            verdict(&thin),
+            "no verdict: 2 seed(s) at some width (needs ≥ 3 at every width)"
+        );
+        // The smoke preset's case: 2 widths, 1 seed, accuracy 0.07–0.36: every reason, in order.
+        let mut smoke = grid(&law, 1, &[4, 16]);
+        smoke[0].acc = Some(0.07);
+        smoke[1].acc = Some(0.36);
+        assert_eq!(
+            verdict(&smoke),
+            "no verdict: 2 width(s) over 4× (needs ≥ 4 over ≥ 4×); 1 seed(s) at some width (needs ≥ 3 at every width); a run at accuracy 0.070 (needs ≥ 0.9 in every run)"
+        );
     }
 
     /// R15: the window layer is the layer with the largest share inside the window (ties to the

@@ -569,6 +569,7 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
     let start = Instant::now();
     let started = std::time::SystemTime::now();
     let mut plan = spec.expand(&opts.preset)?;
+    let whole_ids: Vec<String> = plan.iter().map(|r| r.config.run_id()).collect();
     if let Some(shard) = opts.shard {
         plan = shard.select(plan);
     }
@@ -578,6 +579,21 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
         out_dir.display()
     )))?;
     let _lock = lock_out_dir(out_dir)?;
+    // The folder's plan from now on: its tables, fit, figures and `lab status` describe it.
+    let folder_plan = crate::results::plan::FolderPlan {
+        sweep: spec.name.clone(),
+        preset: opts.preset.clone(),
+        sets: spec.sets().to_vec(),
+        shard: opts.shard.map(|s| s.to_string()),
+        plan_id: crate::results::plan::FolderPlan::id_of(&spec.name, &whole_ids),
+        run_ids: plan.iter().map(|r| r.config.run_id()).collect(),
+    };
+    let earlier_plan = crate::results::plan::read(out_dir);
+    crate::results::plan::write(out_dir, &folder_plan).map_err(io(format!(
+        "cannot write {} in {}",
+        crate::results::plan::PLAN_FILE,
+        out_dir.display()
+    )))?;
     results::clean_temporaries(out_dir);
     results::clean_temporaries(&out_dir.join("runs"));
     // Finished runs too: a killed `lab eval` or crash record leaves temporaries there.
@@ -644,6 +660,7 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
             eprintln!("{line}");
         }
     };
+    say(crate::paths::where_line(Some(&spec.path), out_dir));
     say(format!(
         "sweep {} (preset {}{}): {} runs, {} already finished{}, {} to run with {} job(s) × {} thread(s) → {}",
         spec.name,
@@ -667,6 +684,17 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
         say(format!("  --set {set}"));
     }
     say(format!("  grid: {}", super::spec::describe_plan(&plan)));
+    let others = crate::results::plan::other_finished(out_dir, &folder_plan.run_ids);
+    if !others.is_empty() {
+        say(format!(
+            "  note: {} finished run(s) in this folder belong to other plans{}; they are kept but left out of its tables, fits and figures",
+            others.len(),
+            earlier_plan
+                .filter(|p| p.plan_id != folder_plan.plan_id || p.run_ids != folder_plan.run_ids)
+                .map(|p| format!(" (the last one here: {})", p.describe()))
+                .unwrap_or_default()
+        ));
+    }
     if jobs > cores {
         say(format!(
             "note: --jobs {jobs} > {cores} cores: runs share cores (1 thread each)"
@@ -986,9 +1014,9 @@ fn finished_line(dir: &Path, r: &Running, secs: f64) -> String {
     )
 }
 
-/// Per-run values read back from the merged `runs` table.
-/// Merge every finished run's tables, fit the law over this preset's runs (`ids`), write
-/// `fit.parquet`, and build the summary text. Returns `(fits, summary, failed count)`.
+/// Merge the tables of the finished runs among `ids` (the folder's plan; other runs in the
+/// folder are left out and named in a note), fit the law over them, write `fit.parquet`, and
+/// build the summary text. Returns `(fits, summary, failed count)`.
 pub fn collect(
     spec: &SweepSpec,
     preset: &str,
@@ -1006,12 +1034,15 @@ pub fn collect_named(
     ids: &[String],
 ) -> Result<(Vec<FitRow>, String, usize), SweepError> {
     let mut parts: BTreeMap<&str, Vec<PathBuf>> = BTreeMap::new();
+    // The plan's finished runs only: other plans' runs in the folder stay out of the tables.
+    let own: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
     let mut run_dirs: Vec<PathBuf> = std::fs::read_dir(out_dir.join("runs"))
         .map_err(io(format!(
             "cannot list {}",
             out_dir.join("runs").display()
         )))?
         .flatten()
+        .filter(|e| own.contains(e.file_name().to_string_lossy().as_ref()))
         .map(|e| e.path())
         .filter(|p| p.join("runs.parquet").is_file())
         .collect();
@@ -1035,13 +1066,21 @@ pub fn collect_named(
     for (table, files) in &parts {
         results::merge_tables(files, &out_dir.join(format!("{table}.parquet")))?;
     }
+    // A table none of the plan's runs has (e.g. `attention`, `evals`) must not linger from
+    // another plan's runs.
+    for table in ["runs", "curves", "spectrum", "layers", "attention", "evals"] {
+        if !parts.contains_key(table) {
+            let _ = std::fs::remove_file(out_dir.join(format!("{table}.parquet")));
+        }
+    }
 
     let records = super::law::read_records(out_dir, ids)?;
     let failed = records.iter().filter(|r| r.status != "done").count();
     let done: Vec<&super::law::RunRecord> = records.iter().filter(|r| r.status == "done").collect();
     let fits = super::law::fits(sweep_name, preset, &done);
     results::write_batch(&out_dir.join("fit.parquet"), &fit_table(&fits))?;
-    let summary = super::law::summary_text(&done, &fits, failed);
+    let summary = super::law::summary_text(&done, &fits, failed)
+        + &crate::results::plan::others_note(out_dir, ids);
     Ok((fits, summary, failed))
 }
 

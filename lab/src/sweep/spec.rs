@@ -134,6 +134,14 @@ pub enum SpecError {
         /// Comma-separated list.
         available: String,
     },
+    /// A path given as the sweep that is not a sweep file.
+    #[error("{path}: not a sweep file: {why}")]
+    NotASweepFile {
+        /// The path as given.
+        path: PathBuf,
+        /// Why (missing, a folder, not a .toml).
+        why: String,
+    },
     /// The file cannot be read.
     #[error("cannot read {path}: {source}")]
     Io {
@@ -167,7 +175,7 @@ pub enum SpecError {
         hint: String,
     },
     /// The preset does not exist.
-    #[error("{path}: unknown preset `{preset}`; available presets: {available}")]
+    #[error("--preset {preset}: {path} has no preset `{preset}`; available presets: {available}")]
     UnknownPreset {
         /// The file.
         path: PathBuf,
@@ -185,6 +193,15 @@ pub enum SpecError {
         context: String,
         /// The field error.
         message: String,
+    },
+    /// A `--set` override that would change nothing in the plan (another setting of higher
+    /// precedence fixes the key, or it targets a preset that is not run).
+    #[error("--set {set} has no effect: {reason}")]
+    NoEffect {
+        /// The override as given (`KEY=VALUE`).
+        set: String,
+        /// Why, and what would set the key instead.
+        reason: String,
     },
     /// A `--set` override that cannot apply.
     #[error("--set {set}: {message}")]
@@ -261,6 +278,25 @@ pub struct SweepSpec {
     overrides: Vec<(String, toml::Value)>,
     /// Every `--set` as given, in order (for provenance and the Slurm script).
     sets: Vec<String>,
+    /// What each of `sets` changed, in the same order ([`SweepSpec::check_sets_take_effect`]).
+    targets: Vec<SetTarget>,
+}
+
+/// What one `--set KEY=VALUE` changed.
+#[derive(Clone, Debug, PartialEq)]
+enum SetTarget {
+    /// `FIELD=V`: every run's field (applied last).
+    Field(String),
+    /// `base.FIELD=V`: the file's base.
+    Base(String),
+    /// `grid.FIELD=[…]`: the file's grid.
+    Grid(String),
+    /// `presets.P.base.FIELD=V`.
+    PresetBase(String, String),
+    /// `presets.P.grid.FIELD=[…]`.
+    PresetGrid(String, String),
+    /// `presets.P.jobs=N`.
+    PresetJobs(String),
 }
 
 /// One expanded run: its config and the grid values that made it.
@@ -383,6 +419,16 @@ impl SweepSpec {
             })
             .or_else(|| file.presets.keys().next().cloned())
             .unwrap_or_else(|| "default".to_string());
+        if file.default_preset.is_some() && !file.presets.contains_key(&default_preset) {
+            return Err(SpecError::InvalidRun {
+                path: path.to_path_buf(),
+                context: "default_preset".to_string(),
+                message: format!(
+                    "`{default_preset}` is not one of the file's [presets.*]: {}",
+                    file.presets.keys().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            });
+        }
         Ok(Self {
             name,
             path: path.to_path_buf(),
@@ -392,6 +438,7 @@ impl SweepSpec {
             file,
             overrides: Vec::new(),
             sets: Vec::new(),
+            targets: Vec::new(),
         })
     }
 
@@ -461,16 +508,19 @@ impl SweepSpec {
                         return Err(bad("an axis needs at least one value".into()));
                     }
                     self.overrides.retain(|(k, _)| *k != name);
-                    self.overrides.push((name, value));
+                    self.overrides.push((name.clone(), value));
+                    self.targets.push(SetTarget::Field(name));
                 }
                 ["base", name] => {
                     let name = field(name)?;
-                    self.file.base.insert(name, value);
+                    self.file.base.insert(name.clone(), value);
+                    self.targets.push(SetTarget::Base(name));
                 }
                 ["grid", name] => {
                     let name = field(name)?;
                     let values = list(&value)?;
-                    self.file.grid.insert(name, values);
+                    self.file.grid.insert(name.clone(), values);
+                    self.targets.push(SetTarget::Grid(name));
                 }
                 ["presets", preset, rest @ ..] => {
                     let available = self
@@ -485,18 +535,24 @@ impl SweepSpec {
                             "unknown preset `{preset}`; available presets: {available}"
                         )));
                     };
+                    let preset = preset.to_string();
                     match rest {
                         ["base", name] => {
                             let name = field(name)?;
-                            p.base.insert(name, value);
+                            p.base.insert(name.clone(), value);
+                            self.targets.push(SetTarget::PresetBase(preset, name));
                         }
                         ["grid", name] => {
                             let name = field(name)?;
                             let values = list(&value)?;
-                            p.grid.insert(name, values);
+                            p.grid.insert(name.clone(), values);
+                            self.targets.push(SetTarget::PresetGrid(preset, name));
                         }
                         ["jobs"] => match value.as_integer() {
-                            Some(j) if (1..=256).contains(&j) => p.jobs = Some(j as usize),
+                            Some(j) if (1..=256).contains(&j) => {
+                                p.jobs = Some(j as usize);
+                                self.targets.push(SetTarget::PresetJobs(preset));
+                            }
                             _ => return Err(bad("jobs must be an integer in 1..=256".into())),
                         },
                         _ => {
@@ -513,6 +569,97 @@ impl SweepSpec {
                 }
             }
             self.sets.push(set.clone());
+        }
+        Ok(())
+    }
+
+    /// Refuse every `--set` that leaves the plan of `preset` unchanged (issue 51, item 3): one
+    /// aimed at another preset; a `base.F` or `grid.F` that the preset's own base or grid, a
+    /// grid axis, every arm, or a later plain `--set F=…` replaces; a `presets.P.jobs` that
+    /// `--jobs` (`jobs_given`) replaces; a plain `--set F` given again later. Such an override
+    /// would be listed in the sweep's header and provenance as if it had been applied.
+    ///
+    /// # Errors
+    /// [`SpecError::NoEffect`] for the first such override, saying what replaces it and what
+    /// would set the key instead.
+    pub fn check_sets_take_effect(&self, preset: &str, jobs_given: bool) -> Result<(), SpecError> {
+        let p = self.file.presets.get(preset);
+        let arms: &[BTreeMap<String, Vec<toml::Value>>] = match p.and_then(|p| p.arms.as_deref()) {
+            Some(a) => a,
+            None => &self.file.arms,
+        };
+        let every_arm = |f: &str| !arms.is_empty() && arms.iter().all(|a| a.contains_key(f));
+        let in_preset_base = |f: &str| p.is_some_and(|p| p.base.contains_key(f));
+        let in_preset_grid = |f: &str| p.is_some_and(|p| p.grid.contains_key(f));
+        for (i, (set, target)) in self.sets.iter().zip(&self.targets).enumerate() {
+            let later_field = |f: &str| {
+                self.targets[i + 1..]
+                    .iter()
+                    .any(|t| *t == SetTarget::Field(f.to_string()))
+            };
+            let value = set.split_once('=').map(|(_, v)| v.trim()).unwrap_or("");
+            let reason: Option<String> = match target {
+                SetTarget::Field(f) if later_field(f) => {
+                    Some(format!("a later --set {f}=… replaces it"))
+                }
+                SetTarget::Field(_) => None,
+                SetTarget::PresetBase(q, _)
+                | SetTarget::PresetGrid(q, _)
+                | SetTarget::PresetJobs(q)
+                    if q != preset =>
+                {
+                    Some(format!(
+                        "it changes preset {q}, but this sweep runs preset {preset}; add --preset {q}, or set the key for preset {preset}"
+                    ))
+                }
+                SetTarget::PresetJobs(_) if jobs_given => {
+                    Some("--jobs replaces it; leave one of the two out".to_string())
+                }
+                SetTarget::PresetJobs(_) => None,
+                SetTarget::Base(f)
+                | SetTarget::Grid(f)
+                | SetTarget::PresetBase(_, f)
+                | SetTarget::PresetGrid(_, f)
+                    if later_field(f) =>
+                {
+                    Some(format!("a later --set {f}=… replaces it"))
+                }
+                SetTarget::Base(f) if in_preset_base(f) => Some(format!(
+                    "preset {preset} sets {f} itself (presets.{preset}.base.{f}), which overrides base.{f}; use --set {f}={value} (every run) or --set presets.{preset}.base.{f}={value}"
+                )),
+                SetTarget::Base(f) | SetTarget::PresetBase(_, f)
+                    if self.file.grid.contains_key(f) || in_preset_grid(f) =>
+                {
+                    let at = if in_preset_grid(f) {
+                        format!("presets.{preset}.grid.{f}")
+                    } else {
+                        format!("grid.{f}")
+                    };
+                    Some(format!(
+                        "{f} is a grid axis of preset {preset} ({at}), which overrides a base value; use --set {f}={value} to fix it for every run"
+                    ))
+                }
+                SetTarget::Grid(f) if in_preset_grid(f) => Some(format!(
+                    "preset {preset} has its own axis {f} (presets.{preset}.grid.{f}), which replaces grid.{f}; use --set {f}={value} or --set presets.{preset}.grid.{f}={value}"
+                )),
+                SetTarget::Base(f)
+                | SetTarget::Grid(f)
+                | SetTarget::PresetBase(_, f)
+                | SetTarget::PresetGrid(_, f)
+                    if every_arm(f) =>
+                {
+                    Some(format!(
+                        "every [[arms]] entry of preset {preset} sets {f}, which overrides it; use --set {f}={value} to fix it for every run"
+                    ))
+                }
+                _ => None,
+            };
+            if let Some(reason) = reason {
+                return Err(SpecError::NoEffect {
+                    set: set.clone(),
+                    reason,
+                });
+            }
         }
         Ok(())
     }
@@ -773,19 +920,15 @@ fn cartesian(axes: &[(String, Vec<toml::Value>)]) -> Vec<Vec<(String, toml::Valu
     out
 }
 
-/// Directory holding the sweep files: `$LAB_SWEEPS_DIR`, else `./sweeps` if it exists, else the
-/// `sweeps/` folder of the source tree the binary was built from.
+/// Directory holding the sweep files: `$LAB_SWEEPS_DIR`, else `<lab root>/sweeps`
+/// ([`crate::paths`]).
 pub fn sweeps_dir() -> PathBuf {
-    if let Ok(d) = std::env::var("LAB_SWEEPS_DIR") {
-        return PathBuf::from(d);
-    }
-    let local = PathBuf::from("sweeps");
-    if local.is_dir() {
-        return local;
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("sweeps")
+    crate::paths::sweeps_dir()
+}
+
+/// The default results folder of sweep `name`: `<lab root>/results/<name>` ([`crate::paths`]).
+pub fn default_results_dir(name: &str) -> PathBuf {
+    crate::paths::default_results(name)
 }
 
 /// Names of the available sweeps (sorted).
@@ -810,6 +953,19 @@ pub fn find_sweep(name: &str, dir: &Path) -> Result<SweepSpec, SpecError> {
     let as_path = Path::new(name);
     if name.ends_with(".toml") && as_path.is_file() {
         return SweepSpec::load(as_path);
+    }
+    // A path (not a bare name): say what is wrong with it, not that a sweep is unknown.
+    if name.ends_with(".toml") || name.contains(std::path::MAIN_SEPARATOR) || as_path.is_dir() {
+        return Err(SpecError::NotASweepFile {
+            path: as_path.to_path_buf(),
+            why: if as_path.is_dir() {
+                "it is a folder; give a sweep name (`lab sweep --list`) or a .toml file".into()
+            } else if as_path.exists() {
+                "a sweep file's name ends in .toml".into()
+            } else {
+                "no such file".into()
+            },
+        });
     }
     let path = dir.join(format!("{name}.toml"));
     if !path.is_file() {
@@ -943,7 +1099,8 @@ grid = { block_len = [4] }
         assert!(matches!(spec.expand("q"), Err(SpecError::EmptyGrid { .. })));
         let err = spec.expand("nope").unwrap_err().to_string();
         assert!(
-            err.contains("unknown preset `nope`; available presets: q"),
+            err.contains("--preset nope: ")
+                && err.contains("has no preset `nope`; available presets: q"),
             "{err}"
         );
     }

@@ -232,8 +232,10 @@ fn sweep_error(context: String) -> impl FnOnce(std::io::Error) -> SweepError {
 /// Merge the finished runs of the results folders `inputs` (e.g. the shard folders of a sweep)
 /// into `out`: each run folder is copied once (a run id already in `out`, or given by an earlier
 /// input, is a duplicate and skipped; an unfinished folder in `out` is replaced), whole or not at
-/// all (copied under a temporary name, then renamed). The merged tables are then rebuilt from
-/// every finished run in `out`, and the law refitted for the `(sweep, preset)` with most runs.
+/// all (copied under a temporary name, then renamed). The finished runs in `out` are grouped by
+/// plan (the inputs' `plan.json`: the shards of one plan are one group; runs no plan names, by
+/// their `(sweep, preset)`); the group with most runs becomes `out`'s plan, and its tables and
+/// fit are rebuilt (the others stay in `runs/`, named in the summary).
 pub fn merge_dirs(inputs: &[PathBuf], out: &Path) -> Result<MergeReport, SweepError> {
     // Every input is checked before the output folder is created (no folder left on an error).
     if let Some(bad) = inputs.iter().find(|i| !i.join("runs").is_dir()) {
@@ -291,34 +293,72 @@ pub fn merge_dirs(inputs: &[PathBuf], out: &Path) -> Result<MergeReport, SweepEr
             copied += 1;
         }
     }
-    // The (sweep, preset) of every finished run in `out`.
-    let mut groups: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    let mut all: Vec<String> = std::fs::read_dir(&runs_out)
-        .map_err(sweep_error(format!("cannot list {}", runs_out.display())))?
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|id| is_finished(out, id))
+    // Which plan each finished run in `out` belongs to: the first plan recorded by an input (or
+    // by `out` itself) that names it (the shards of one plan share its id), else its
+    // (sweep, preset) as its own `runs` row records them.
+    let recorded: Vec<crate::results::plan::FolderPlan> = inputs
+        .iter()
+        .map(PathBuf::as_path)
+        .chain(std::iter::once(out))
+        .filter_map(crate::results::plan::read)
         .collect();
-    all.sort();
+    type Group = (
+        String,
+        String,
+        Option<crate::results::plan::FolderPlan>,
+        Vec<String>,
+    );
+    let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+    let all = crate::results::plan::finished_ids(out);
     for id in &all {
+        if let Some(p) = recorded.iter().find(|p| p.run_ids.contains(id)) {
+            groups
+                .entry(format!("plan {}", p.plan_id))
+                .or_insert_with(|| (p.sweep.clone(), p.preset.clone(), Some(p.clone()), vec![]))
+                .3
+                .push(id.clone());
+            continue;
+        }
         let (_, b) = results::read_parquet(&run_dir(out, id).join("runs.parquet"))?;
         let first = |c: &str| {
             b.first()
                 .and_then(|b| column::strings(b, c).first().cloned().flatten())
                 .unwrap_or_default()
         };
+        let (sweep, preset) = (first("sweep"), first("preset"));
         groups
-            .entry((first("sweep"), first("preset")))
-            .or_default()
+            .entry(format!("runs {sweep} {preset}"))
+            .or_insert_with(|| (sweep, preset, None, vec![]))
+            .3
             .push(id.clone());
     }
-    let summary = match groups.iter().max_by_key(|(_, ids)| ids.len()) {
-        Some(((sweep, preset), ids)) => {
+    // The largest group; on a tie, one that a recorded plan names.
+    let summary = match groups.values().max_by_key(|g| (g.3.len(), g.2.is_some())) {
+        Some((sweep, preset, recorded_plan, ids)) => {
+            let plan = crate::results::plan::FolderPlan {
+                sweep: sweep.clone(),
+                preset: preset.clone(),
+                sets: recorded_plan
+                    .as_ref()
+                    .map(|p| p.sets.clone())
+                    .unwrap_or_default(),
+                shard: None,
+                plan_id: recorded_plan
+                    .as_ref()
+                    .map(|p| p.plan_id.clone())
+                    .unwrap_or_else(|| crate::results::plan::FolderPlan::id_of(sweep, ids)),
+                run_ids: ids.clone(),
+            };
+            crate::results::plan::write(out, &plan).map_err(sweep_error(format!(
+                "cannot write {} in {}",
+                crate::results::plan::PLAN_FILE,
+                out.display()
+            )))?;
             let (_, text, _) = collect_named(sweep, preset, out, ids)?;
-            let mut head = format!("sweep {sweep}, preset {preset}: {} runs\n", ids.len());
+            let mut head = format!("sweep {sweep}, {}: {} runs\n", plan.describe(), ids.len());
             if groups.len() > 1 {
                 head.push_str(&format!(
-                    "(the folder also holds runs of {} other sweep/preset pair(s); the fit covers this one)\n",
+                    "(the folder also holds runs of {} other plan(s); the tables and the fit cover this one)\n",
                     groups.len() - 1
                 ));
             }
