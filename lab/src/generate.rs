@@ -35,6 +35,18 @@ pub enum GenError {
 
 use tasks::MAX_SEQ_LEN;
 
+/// A generator's error about a parameter the user typed, as that `--param KEY=VALUE`
+/// ([`crate::hint::blamed`]); other errors unchanged.
+fn blame_params(e: GenError, params: &[String]) -> GenError {
+    match e {
+        GenError::Task(t) => match crate::hint::blamed(&t.to_string(), params) {
+            Some(p) => GenError::Param(format!("{p}: {t}")),
+            None => GenError::Task(t),
+        },
+        other => other,
+    }
+}
+
 /// The task config from its parameters, or one line naming the bad one
 /// (`block_len: invalid type: string "abc", expected usize`).
 fn typed<T: serde::de::DeserializeOwned>(params: Value) -> Result<T, String> {
@@ -126,6 +138,17 @@ pub fn task_examples(
     seed: u64,
     split: Split,
 ) -> Result<Vec<tasks::Example>, GenError> {
+    task_examples_inner(task, params, n, seed, split).map_err(|e| blame_params(e, params))
+}
+
+/// See [`task_examples`].
+fn task_examples_inner(
+    task: &str,
+    params: &[String],
+    n: usize,
+    seed: u64,
+    split: Split,
+) -> Result<Vec<tasks::Example>, GenError> {
     let p = with_params(task, params)?;
     let bad = |e: String| GenError::Param(e);
     Ok(match kind(task)? {
@@ -151,6 +174,17 @@ pub fn task_examples(
 
 /// `n` examples of `task` from `split` and `seed`, one JSON object per line.
 pub fn gen_lines(
+    task: &str,
+    params: &[String],
+    n: usize,
+    seed: u64,
+    split: Split,
+) -> Result<Vec<String>, GenError> {
+    gen_lines_inner(task, params, n, seed, split).map_err(|e| blame_params(e, params))
+}
+
+/// See [`gen_lines`].
+fn gen_lines_inner(
     task: &str,
     params: &[String],
     n: usize,
@@ -354,7 +388,10 @@ mod tests {
         let e = gen_lines("igsm", &["ops=0".into()], 1, 0, Split::Train)
             .unwrap_err()
             .to_string();
-        assert_eq!(e, "ops = 0 is out of range: must be in 1..=20");
+        assert_eq!(
+            e,
+            "--param ops=0: ops = 0 is out of range: must be in 1..=20"
+        );
     }
 
     #[test]

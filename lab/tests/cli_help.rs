@@ -405,6 +405,10 @@ fn absent_positional_paths_are_named() {
         if let Some(f) = fault(&args, &absent, code, &err) {
             faults.push(f);
         }
+        assert!(
+            !Path::new(&absent).exists(),
+            "lab {args:?} created {absent}"
+        );
     }
     assert!(faults.is_empty(), "{}", faults.join("\n"));
 }

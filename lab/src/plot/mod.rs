@@ -233,11 +233,16 @@ pub const INDIRECT_CHANCE: f64 = 1.0 / 52.0;
 ///
 /// Errors: an unknown sweep name, a missing table or column, an empty table, no font.
 pub fn plot_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, PlotError> {
-    // On an error, leave no output folder behind that this call created.
-    let existed = out.exists();
+    // On an error, leave no folder behind that this call created (`out`, or the first of its
+    // parents that did not exist: `--results MISSING` makes `MISSING/figures`).
+    let created = out
+        .ancestors()
+        .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+        .last()
+        .map(Path::to_path_buf);
     let written = draw_sweep(sweep, results, out);
-    if written.is_err() && !existed {
-        let _ = std::fs::remove_dir_all(out);
+    if let (Err(_), Some(c)) = (&written, &created) {
+        let _ = std::fs::remove_dir_all(c);
     }
     written
 }

@@ -419,6 +419,12 @@ pub fn status_text(
         out.display(),
         report.text().trim_end()
     );
+    if !out.is_dir() {
+        text.push_str(&format!(
+            "\n{} does not exist yet: no run of this plan has started there",
+            out.display()
+        ));
+    }
     if !others.is_empty() {
         text.push_str(&format!(
             "\n{} more finished run(s) in {} are not in this plan (other presets or --set values)",

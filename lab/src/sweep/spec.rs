@@ -767,8 +767,17 @@ impl SweepSpec {
                     table.insert(k.clone(), v.clone());
                     labels.push((k.clone(), value_label(v)));
                 }
+                let labels_text = if labels.is_empty() {
+                    "base config".to_string()
+                } else {
+                    labels
+                        .iter()
+                        .map(|(k, v)| format!("{k} = {v}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
                 let context = format!(
-                    "preset {preset}{}, {}",
+                    "preset {preset}{}, {labels_text}",
                     if self.overrides.is_empty() {
                         String::new()
                     } else {
@@ -781,20 +790,18 @@ impl SweepSpec {
                                 .join(" --set ")
                         )
                     },
-                    if labels.is_empty() {
-                        "base config".to_string()
-                    } else {
-                        labels
-                            .iter()
-                            .map(|(k, v)| format!("{k} = {v}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    }
                 );
-                let invalid = |message: String| SpecError::InvalidRun {
-                    path: self.path.clone(),
-                    context: context.clone(),
-                    message,
+                // An error about a key typed with --set names that --set, not the file.
+                let invalid = |message: String| match crate::hint::blamed(&message, &self.sets) {
+                    Some(set) => SpecError::BadOverride {
+                        set: set.clone(),
+                        message: format!("{message} (preset {preset}, {labels_text})"),
+                    },
+                    None => SpecError::InvalidRun {
+                        path: self.path.clone(),
+                        context: context.clone(),
+                        message,
+                    },
                 };
                 let config: RunConfig = crate::config::from_toml(table).map_err(invalid)?;
                 config.validate().map_err(|e| invalid(e.to_string()))?;
@@ -1252,10 +1259,11 @@ grid = { block_len = [4] }
             err("seed=[]"),
             "--set seed=[]: an axis needs at least one value"
         );
-        // A value out of range is reported by the expansion, with the override named.
+        // A value out of range is reported by the expansion, as the override typed (issue 51:
+        // before, the message started with the sweep file, as if the file were wrong).
         let e = err("steps=0");
         assert!(
-            e.contains("with --set steps=0") && e.contains("steps"),
+            e.starts_with("--set steps=0: steps = 0 is out of range") && e.contains("(preset quick, "),
             "{e}"
         );
     }
