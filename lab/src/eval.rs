@@ -108,6 +108,9 @@ pub struct EvalOutcome {
     pub accuracy: f64,
     /// θ_eff of the pooled spectrum at this length (on the unscaled grid).
     pub effective_freq: f64,
+    /// θ_eff of each layer's spectrum at this length (index = layer; radians per token; R1's
+    /// `layer:<l>` pooling).
+    pub layer_effective_freq: Vec<f64>,
     /// RoPE attention factor applied.
     pub attention_factor: f64,
     /// Identity of this evaluation (hash of run id, length, scaling, overrides, ablation).
@@ -178,7 +181,8 @@ pub fn first_errors_json(cases: &[crate::decode::FirstError]) -> serde_json::Val
 
 impl EvalOutcome {
     /// The JSON object `lab eval` prints for request `req`: ids, lengths, scaling, attention
-    /// factor, loss (nats), accuracy, θ_eff (radians per token), the ablated pairs, and for iGSM
+    /// factor, loss (nats), accuracy, θ_eff (radians per token) pooled and per layer, the ablated
+    /// pairs, and for iGSM
     /// runs the greedy answer accuracy, the valid-solution share, the teacher-forced accuracy by
     /// role, the greedy answers by dependency depth and where the wrong solutions first leave the
     /// reference ([`first_errors_json`]) (null otherwise).
@@ -188,6 +192,7 @@ impl EvalOutcome {
             "train_seq_len": self.train_seq_len, "scaling": req.scaling.kind,
             "factor": req.scaling.factor, "attention_factor": self.attention_factor,
             "loss": self.loss, "accuracy": self.accuracy, "effective_freq": self.effective_freq,
+            "layer_effective_freq": self.layer_effective_freq,
             "ablated_pairs": self.ablate.as_ref().map(|a| a.pairs.clone()),
             "answer_accuracy": self.answer_accuracy, "solution_valid": self.solution_valid,
             "acc_tf": self.solution_role_accuracy.map(|a| {
@@ -416,6 +421,7 @@ pub fn eval_model(
         loss: ev.loss,
         accuracy: ev.accuracy,
         effective_freq: ev.summary.effective_freq,
+        layer_effective_freq: train::layer_effective_freqs(&ev.energy, &cfg.freq_grid()),
         attention_factor: if cfg.encoding.rope_scalable() {
             freqs.attention_factor
         } else {
