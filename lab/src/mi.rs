@@ -155,6 +155,18 @@ fn default_granularity(source: &MiSource) -> &'static str {
 /// [`MiError`]: missing corpus (with the `make data` hint), bad granularity or lag, bad task
 /// parameters, unreadable input.
 pub fn compute(req: &MiRequest) -> Result<MiResult, MiError> {
+    compute_with(req, &mut |_, _, _| {})
+}
+
+/// [`compute`], calling `ready(source name, granularity, tokens)` once the token stream of a
+/// corpus or file is built (every input checked), before its profile is measured.
+///
+/// # Errors
+/// As [`compute`].
+pub fn compute_with(
+    req: &MiRequest,
+    ready: &mut dyn FnMut(&str, &str, usize),
+) -> Result<MiResult, MiError> {
     let t0 = std::time::Instant::now();
     let gname = req
         .granularity
@@ -203,6 +215,8 @@ pub fn compute(req: &MiRequest) -> Result<MiResult, MiError> {
             if s.ids.len() < 2 {
                 return Err(MiError::Input(format!("{corpus}: fewer than 2 tokens")));
             }
+            req.config.validate(s.ids.len())?;
+            ready(&corpus, &gname, s.ids.len());
             let p = profile_stream(&s.ids, &req.config)?;
             (p, s.vocab_size, s.ids.len(), s.chars_per_token)
         }
@@ -739,7 +753,17 @@ pub fn profile_command(
     req: &MiRequest,
     parquet_dir: Option<&Path>,
 ) -> Result<(String, String), MiError> {
-    let r = compute(req)?;
+    // A corpus or a file can take tens of seconds (the shuffled baselines): say what starts,
+    // once its tokens are ready (after every input was checked). Tasks are small.
+    let is_task = matches!(req.source, MiSource::Task { .. });
+    let r = compute_with(req, &mut |name, g, n| {
+        if !is_task {
+            eprintln!(
+                "mi: {name} at {g}: {n} tokens; lags 1..={} against {} shuffled baselines …",
+                req.config.max_lag, req.config.n_shuffles
+            );
+        }
+    })?;
     let summary = summary_lines(std::slice::from_ref(&r));
     let output = match parquet_dir {
         None => csv(&r),
@@ -848,6 +872,22 @@ pub fn corpus_width(
     granularity: &str,
     max_lag: usize,
 ) -> Result<MiResult, MiError> {
+    corpus_width_with(data_dir, corpus, granularity, max_lag, &mut |_, _, _| {})
+}
+
+/// [`corpus_width`], calling `ready(corpus, granularity, tokens)` when a profile that is not
+/// cached starts to be measured (its tokens built, every input checked); not called on a
+/// cache hit.
+///
+/// # Errors
+/// As [`corpus_width`].
+pub fn corpus_width_with(
+    data_dir: &Path,
+    corpus: &str,
+    granularity: &str,
+    max_lag: usize,
+    ready: &mut dyn FnMut(&str, &str, usize),
+) -> Result<MiResult, MiError> {
     let cache = data_dir
         .join("mi-cache")
         .join(format!("{corpus}-{granularity}-R{max_lag}.json"));
@@ -856,16 +896,19 @@ pub fn corpus_width(
     {
         return Ok(p.into_result());
     }
-    let r = compute(&MiRequest {
-        source: MiSource::Corpus(corpus.to_string()),
-        granularity: Some(granularity.to_string()),
-        config: MiConfig {
-            max_lag,
-            ..MiConfig::default()
+    let r = compute_with(
+        &MiRequest {
+            source: MiSource::Corpus(corpus.to_string()),
+            granularity: Some(granularity.to_string()),
+            config: MiConfig {
+                max_lag,
+                ..MiConfig::default()
+            },
+            data_dir: data_dir.to_path_buf(),
+            label: None,
         },
-        data_dir: data_dir.to_path_buf(),
-        label: None,
-    })?;
+        ready,
+    )?;
     if let Some(dir) = cache.parent() {
         let _ = std::fs::create_dir_all(dir);
         let tmp = cache.with_extension(format!("tmp-{}", std::process::id()));
@@ -984,10 +1027,35 @@ pub fn recommend(
     } else {
         granularities.to_vec()
     };
-    let mut results = grans
-        .iter()
-        .map(|g| corpus_width(data_dir, corpus, g, WIDTH_MAX_LAG))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut results = Vec::with_capacity(grans.len());
+    for (i, g) in grans.iter().enumerate() {
+        // A profile not yet cached takes seconds to minutes (BPE training, shuffles): a line
+        // when it starts (its inputs checked) and one when it is done.
+        let t0 = std::time::Instant::now();
+        let mut started = false;
+        let n = grans.len();
+        let cache_dir = data_dir.join("mi-cache");
+        results.push(corpus_width_with(
+            data_dir,
+            corpus,
+            g,
+            WIDTH_MAX_LAG,
+            &mut |c, g, tokens| {
+                started = true;
+                eprintln!(
+                    "recommend: MI profile of {c} at {g} ({}/{n}, {tokens} tokens; cached in {} afterwards) …",
+                    i + 1,
+                    cache_dir.display()
+                );
+            },
+        )?);
+        if started {
+            eprintln!(
+                "recommend: {corpus} at {g} done in {:.1} s",
+                t0.elapsed().as_secs_f64()
+            );
+        }
+    }
     fill_collapse(&mut results);
     let mut trained: Vec<(String, String, i64, f64)> = Vec::new();
     for t in runs_tables {

@@ -1263,7 +1263,8 @@ grid = { block_len = [4] }
         // before, the message started with the sweep file, as if the file were wrong).
         let e = err("steps=0");
         assert!(
-            e.starts_with("--set steps=0: steps = 0 is out of range") && e.contains("(preset quick, "),
+            e.starts_with("--set steps=0: steps = 0 is out of range")
+                && e.contains("(preset quick, "),
             "{e}"
         );
     }
