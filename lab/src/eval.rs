@@ -27,9 +27,10 @@ pub enum EvalError {
     /// An override or the new length is invalid.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The scaling parameters are invalid (named as the command-line flags that set them).
+    /// The scaling parameters are invalid (named as the command-line flags that set them; not
+    /// a `#[source]`, so that a printed error chain does not repeat it under its field name).
     #[error("{}", .0.for_cli())]
-    Scaling(#[from] ScalingError),
+    Scaling(ScalingError),
     /// A scaling asked of a run whose encoding has no rotary frequencies to scale.
     #[error("--scaling {0}")]
     NotScalable(String),
@@ -45,6 +46,12 @@ pub enum EvalError {
     /// An ablation that does not apply to the run.
     #[error("--ablate-pairs {0}")]
     Ablate(String),
+}
+
+impl From<ScalingError> for EvalError {
+    fn from(e: ScalingError) -> Self {
+        EvalError::Scaling(e)
+    }
 }
 
 /// What to evaluate.

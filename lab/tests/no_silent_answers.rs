@@ -285,6 +285,14 @@ fn flags_without_effect_are_refused() {
             "lab {args:?}:\n{line}\nexpected: {expected}"
         );
     }
+    // Item 4 on a run: an out-of-range value is named once, as typed (the message is the whole
+    // line: before, `lab eval` repeated it under the field's name).
+    assert_eq!(
+        refused(&[
+            "eval", run, "--seq-len", "64", "--scaling", "ntk", "--factor", "1e308"
+        ]),
+        "error: --factor 1e308 is out of range: must be a number in (0, 65536]"
+    );
     // What does take effect still runs: the preset's own key, and a plain override.
     for set in ["presets.smoke.base.steps=5", "steps=5"] {
         let (code, _, err) = lab_out(&[
