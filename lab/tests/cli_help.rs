@@ -10,11 +10,9 @@
 
 mod common;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -273,33 +271,10 @@ fn context(path: &[String], flag: &str, base: Vec<String>) -> Vec<String> {
 
 /// Run `lab args`; (exit code, stderr), killed after [`BOUND`].
 fn run(args: &[String]) -> (Option<i32>, String) {
-    let t0 = Instant::now();
-    let mut child = lab()
-        .args(args)
-        .current_dir(repo_root())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let code = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status.code();
-        }
-        if t0.elapsed() > BOUND {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    (code, reader.join().unwrap())
+    let mut cmd = lab();
+    cmd.args(args);
+    let (code, err, _) = run_bounded(cmd, BOUND, Duration::from_millis(5));
+    (code, err)
 }
 
 /// Why one refused invocation breaks the rule, if it does.

@@ -9,9 +9,7 @@
 
 mod common;
 
-use std::io::Read;
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use proptest::prelude::*;
@@ -159,33 +157,9 @@ fn run(args: &[String], case: usize) -> (Option<i32>, String, bool, Duration) {
         "MISSING" | "EMPTY" | "OTHER" | "OUT" | "OUT.sh" => dir.join(a).display().to_string(),
         _ => a.clone(),
     };
-    let t0 = Instant::now();
-    let mut child = lab()
-        .args(args.iter().map(resolve))
-        .current_dir(repo_root())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let code = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status.code();
-        }
-        if t0.elapsed() > BOUND {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let elapsed = t0.elapsed();
-    let err = reader.join().unwrap();
+    let mut cmd = lab();
+    cmd.args(args.iter().map(resolve));
+    let (code, err, elapsed) = run_bounded(cmd, BOUND, Duration::from_millis(10));
     let created = dir.join("OUT").exists();
     let _ = std::fs::remove_dir_all(&dir);
     (code, err, created, elapsed)

@@ -289,7 +289,14 @@ fn flags_without_effect_are_refused() {
     // line: before, `lab eval` repeated it under the field's name).
     assert_eq!(
         refused(&[
-            "eval", run, "--seq-len", "64", "--scaling", "ntk", "--factor", "1e308"
+            "eval",
+            run,
+            "--seq-len",
+            "64",
+            "--scaling",
+            "ntk",
+            "--factor",
+            "1e308"
         ]),
         "error: --factor 1e308 is out of range: must be a number in (0, 65536]"
     );

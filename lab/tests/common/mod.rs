@@ -175,3 +175,42 @@ pub fn run_ids(dir: &Path) -> Vec<String> {
         .map(|s| s.unwrap())
         .collect()
 }
+
+/// Run `cmd` (stdin and stdout closed, stderr captured) in the repository root until it exits
+/// or `bound` passes (then it is killed and the code is `None`), polling every `poll`.
+/// Returns (exit code, stderr, wall time).
+pub fn run_bounded(
+    mut cmd: Command,
+    bound: std::time::Duration,
+    poll: std::time::Duration,
+) -> (Option<i32>, String, std::time::Duration) {
+    use std::io::Read;
+    use std::process::Stdio;
+    let t0 = std::time::Instant::now();
+    let mut child = cmd
+        .current_dir(repo_root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if t0.elapsed() > bound {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(poll);
+    };
+    let elapsed = t0.elapsed();
+    (code, reader.join().unwrap(), elapsed)
+}
