@@ -329,10 +329,12 @@ pub enum DataCmd {
     },
 }
 
+/// `lab gen --split`: training, evaluation (test) or validation examples.
 #[derive(Clone, Copy, clap::ValueEnum)]
 pub enum SplitArg {
     Train,
     Eval,
+    Val,
 }
 
 impl BenchCmd {

@@ -15,7 +15,7 @@ pub const RUN_WIDTH_EXAMPLES: usize = 256;
 
 pub use crate::hint::did_you_mean;
 pub use crate::store::SCHEMA_VERSION;
-pub use crate::task::{CORPUS_EVAL_FRACTION, TaskConfig, TaskGen, TaskKind};
+pub use crate::task::{CORPUS_EVAL_FRACTION, CORPUS_VAL_FRACTION, TaskConfig, TaskGen, TaskKind};
 
 /// Error for an invalid configuration value: one line naming the field and its allowed range.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -539,10 +539,17 @@ impl RunConfig {
         serde_json::to_string(self).expect("RunConfig serialises")
     }
 
-    /// Stable run id: the first 16 hex digits of BLAKE3(schema version ‖ canonical JSON).
+    /// Stable run id: the first 16 hex digits of BLAKE3(schema version ‖ canonical JSON), with
+    /// the corpus split's validation fraction between them for corpus runs.
     pub fn run_id(&self) -> String {
         let mut hasher = blake3::Hasher::new();
         hasher.update(format!("lab-schema-{}\n", SCHEMA_VERSION).as_bytes());
+        // Corpus runs since the validation part (2026-12-07, R58) train on a shorter part of
+        // the stream: their ids differ from those of the earlier split, so no finished run of
+        // it is taken for one of the new split. Other tasks' data did not change.
+        if matches!(self.task, TaskConfig::Corpus(_)) {
+            hasher.update(format!("corpus-val-fraction-{CORPUS_VAL_FRACTION}\n").as_bytes());
+        }
         hasher.update(self.canonical_json().as_bytes());
         hasher.finalize().to_hex()[..16].to_string()
     }

@@ -17,7 +17,7 @@ use tasks::needle::NeedleConfig;
 use tasks::text::TextParams;
 
 use crate::hint::did_you_mean;
-use crate::task::{CORPUS_EVAL_FRACTION, TaskKind};
+use crate::task::{CORPUS_EVAL_FRACTION, CORPUS_VAL_FRACTION, TaskKind};
 
 /// Errors of `lab gen` (one line).
 #[derive(Debug, thiserror::Error)]
@@ -88,7 +88,7 @@ fn corpus_config(p: &Value) -> Result<tasks::text::TextConfig, GenError> {
     let mut params = p.clone();
     params.as_object_mut().expect("object").remove("seq_len");
     let tp: TextParams = typed(params).map_err(GenError::Param)?;
-    let cfg = tp.config(seq_len, CORPUS_EVAL_FRACTION);
+    let cfg = tp.config(seq_len, CORPUS_EVAL_FRACTION, CORPUS_VAL_FRACTION);
     cfg.validate()?;
     Ok(cfg)
 }

@@ -176,6 +176,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let split = match split {
                 SplitArg::Train => lab::tasks::Split::Train,
                 SplitArg::Eval => lab::tasks::Split::Eval,
+                SplitArg::Val => lab::tasks::Split::Val,
             };
             for line in lab::generate::gen_lines(&task, &params, n as usize, seed, split)? {
                 println!("{line}");

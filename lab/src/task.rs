@@ -22,8 +22,13 @@ use tasks::needle::NeedleParams;
 use tasks::text::TextParams;
 use tasks::{Example, Split, TaskError};
 
-/// Fraction of a corpus's token stream (its end) held out for evaluation.
+/// Fraction of a corpus's token stream (its end) held out for evaluation (the test part).
 pub const CORPUS_EVAL_FRACTION: f64 = 0.1;
+
+/// Fraction of a corpus's token stream just before the test part held out for validation
+/// (docs/analysis-rules.md R58, from 2026-12-07; before, the training part reached the test
+/// part, and corpus run ids carry the change: [`crate::config::RunConfig::run_id`]).
+pub const CORPUS_VAL_FRACTION: f64 = 0.05;
 
 macro_rules! task_registry {
     ($( $(#[$doc:meta])* $variant:ident($params:ty) = $name:literal; )*) => {
@@ -200,7 +205,9 @@ impl TaskConfig {
             TaskConfig::Indirect(p) => TaskGen::Indirect(p.config(seq_len)),
             TaskConfig::Igsm(p) => TaskGen::Igsm(p.config(seq_len)),
             TaskConfig::Needle(p) => TaskGen::Needle(p.config(seq_len)),
-            TaskConfig::Corpus(p) => TaskGen::Corpus(p.config(seq_len, CORPUS_EVAL_FRACTION)),
+            TaskConfig::Corpus(p) => {
+                TaskGen::Corpus(p.config(seq_len, CORPUS_EVAL_FRACTION, CORPUS_VAL_FRACTION))
+            }
         }
     }
 

@@ -621,6 +621,49 @@ pub fn evaluate_with_progress(
     }
 }
 
+/// Mean loss (nats per scored token) and token accuracy of `model` on `cfg.eval_batches`
+/// batches of `cfg.batch_size` examples of `split` (from example 0), without the frequency
+/// probe: the validation metrics a selection chooses on (`split = Val`, docs/analysis-rules.md
+/// R58). Chunked like [`evaluate_with_progress`] at long contexts.
+pub fn split_loss(
+    model: &Transformer,
+    cfg: &RunConfig,
+    device: &Device,
+    split: Split,
+) -> Result<(f64, f64), tasks::TaskError> {
+    let model = model.valid();
+    let task = cfg.task();
+    let eval_device = device.clone().inner();
+    let (mut loss_sum, mut correct, mut scored) = (0.0f64, 0.0f64, 0usize);
+    let chunk = (EVAL_CHUNK_TOKENS / cfg.seq_len.max(1)).clamp(1, cfg.batch_size.max(1));
+    for i in 0..cfg.eval_batches {
+        let examples = task.batch(
+            cfg.seed,
+            split,
+            (i * cfg.batch_size) as u64,
+            cfg.batch_size,
+        )?;
+        for part in examples.chunks(chunk) {
+            let batch = to_batch(part, &eval_device);
+            let logits = model.forward(batch.inputs.clone());
+            let (loss, ok) = masked_cross_entropy_for(
+                model.kernel,
+                logits,
+                batch.targets,
+                batch.mask,
+                batch.n_scored,
+            );
+            loss_sum += loss.into_scalar::<f32>() as f64 * batch.n_scored as f64;
+            correct += ok.into_scalar::<f32>() as f64;
+            scored += batch.n_scored;
+        }
+    }
+    Ok((
+        loss_sum / scored.max(1) as f64,
+        correct / scored.max(1) as f64,
+    ))
+}
+
 /// `acc[l][h][i] += e[l][h][i]`.
 fn add_energies(acc: &mut [Vec<Vec<f64>>], e: Vec<Vec<Vec<f64>>>) {
     for (acc_l, e_l) in acc.iter_mut().zip(e) {
@@ -1112,6 +1155,10 @@ pub struct TrainOutcome {
     pub acc_shift0: Option<f64>,
     /// Indirect indexing only: held-out accuracy on examples with `k ≠ 0`.
     pub acc_shift_nonzero: Option<f64>,
+    /// Validation loss (nats per scored token) and token accuracy of the final model on
+    /// [`tasks::Split::Val`] ([`split_loss`]; `eval_batches` batches), what a selection chooses on
+    /// (docs/analysis-rules.md R58); `None` for a failed run.
+    pub val: Option<(f64, f64)>,
     /// `stop = "spectrum"`: the step at which every layer's θ_eff had converged and training
     /// stopped (docs/analysis-rules.md, R3); `None` when the cap `steps` was reached or the rule
     /// is `steps`.
@@ -1395,6 +1442,11 @@ pub fn train(
     } else {
         None
     };
+    let val = if status == RunStatus::Done {
+        split_loss(&model, cfg, device, Split::Val).ok()
+    } else {
+        None
+    };
     let outcome = TrainOutcome {
         status,
         curves,
@@ -1412,6 +1464,7 @@ pub fn train(
         acc_tf_definition_train_structures: None,
         acc_shift0: None,
         acc_shift_nonzero: None,
+        val,
         converged_step,
         dep_width_mi: None,
         attention_lags,

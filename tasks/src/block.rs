@@ -982,8 +982,8 @@ mod tests {
     #[test]
     fn index_limits() {
         let c = copy(10, 8, 2);
-        assert!(c.example(0, Split::Eval, MAX_INDEX).is_ok());
-        let e = c.example(0, Split::Eval, MAX_INDEX + 1).unwrap_err();
+        assert!(c.example(0, Split::Train, MAX_INDEX).is_ok());
+        let e = c.example(0, Split::Train, MAX_INDEX + 1).unwrap_err();
         assert!(
             matches!(e, TaskError::OutOfRange { field: "index", .. }),
             "{e}"

@@ -1383,7 +1383,9 @@ impl IgsmConfig {
                 _ => self.ops,
             };
             let d = self.draw_structure(rng, k);
-            if self.split_of(structure_hash(&d, d.len() - 1)) == split {
+            // Validation problems come from the held-out structures, like evaluation ones.
+            let part = if split.is_held_out() { Split::Eval } else { Split::Train };
+            if self.split_of(structure_hash(&d, d.len() - 1)) == part {
                 defs = Some(d);
                 break;
             }
@@ -1394,10 +1396,7 @@ impl IgsmConfig {
                 message: format!(
                     "no solution structure with ops = {} fell in the {} part (eval_fraction = {}) in {MAX_SPLIT_DRAWS} draws; use more ops",
                     self.ops,
-                    match split {
-                        Split::Train => "train",
-                        Split::Eval => "eval",
-                    },
+                    if split.is_held_out() { "eval" } else { "train" },
                     self.eval_fraction
                 ),
             });
@@ -1564,11 +1563,16 @@ mod tests {
             seq_len: 200,
             ..cfg(4, 0)
         };
-        for split in BOTH {
+        for split in [Split::Train, Split::Eval, Split::Val] {
             let mut count = [0usize; 5];
             for i in 0..900 {
                 let p = mixed.sample(3, split, i).unwrap();
-                assert_eq!(mixed.split_of(p.structure_hash()), split);
+                // Validation problems come from the held-out structures too.
+                let part = if split.is_held_out() { Split::Eval } else { split };
+                assert_eq!(mixed.split_of(p.structure_hash()), part);
+                if split == Split::Val {
+                    assert_ne!(p, mixed.sample(3, Split::Eval, i).unwrap());
+                }
                 assert_eq!(check(&render(&p)), Ok(p.answer()));
                 count[p.ops()] += 1;
             }
@@ -1581,7 +1585,7 @@ mod tests {
                     }
                 }
                 // Held-out problems are of the target size only, the same as without a mixture.
-                Split::Eval => {
+                Split::Eval | Split::Val => {
                     assert_eq!(count[4], 900, "{count:?}");
                     assert_eq!(
                         mixed.sample(3, split, 7).unwrap(),
@@ -2307,8 +2311,8 @@ mod tests {
             assert_eq!(*ex, c.example(8, Split::Eval, 100 + i as u64).unwrap());
         }
         assert!(c.batch(8, Split::Eval, 100, 0).unwrap().is_empty());
-        assert!(c.example(0, Split::Eval, MAX_INDEX).is_ok());
-        let e = c.example(0, Split::Eval, MAX_INDEX + 1).unwrap_err();
+        assert!(c.example(0, Split::Train, MAX_INDEX).is_ok());
+        let e = c.example(0, Split::Train, MAX_INDEX + 1).unwrap_err();
         assert!(
             matches!(e, TaskError::OutOfRange { field: "index", .. }),
             "{e}"

@@ -1413,13 +1413,13 @@ mod tests {
     #[test]
     fn index_limits() {
         let c = IndirectConfig::default();
-        assert!(c.example(0, Split::Eval, MAX_INDEX).is_ok());
-        let e = c.example(0, Split::Eval, MAX_INDEX + 1).unwrap_err();
+        assert!(c.example(0, Split::Train, MAX_INDEX).is_ok());
+        let e = c.example(0, Split::Train, MAX_INDEX + 1).unwrap_err();
         assert!(
             matches!(e, TaskError::OutOfRange { field: "index", .. }),
             "{e}"
         );
-        let e = c.sample(0, Split::Eval, MAX_INDEX + 1).unwrap_err();
+        let e = c.sample(0, Split::Train, MAX_INDEX + 1).unwrap_err();
         assert!(
             matches!(e, TaskError::OutOfRange { field: "index", .. }),
             "{e}"

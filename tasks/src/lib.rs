@@ -42,10 +42,13 @@
 //! | `0`                | [`split_rng`]`(seed, Split::Train)`       |
 //! | `1`                | [`split_rng`]`(seed, Split::Eval)`        |
 //! | `2 + 2·index`      | [`example_rng`]`(seed, Split::Train, index)` |
-//! | `3 + 2·index`      | [`example_rng`]`(seed, Split::Eval, index)`  |
+//! | `3 + 2·index`      | [`example_rng`]`(seed, Split::Eval, index)`, `index < 2^62`  |
+//! | `3 + 2·(2^62 + index)` | [`example_rng`]`(seed, Split::Val, index)` |
 //!
 //! so no two of these generators ever share a single random word, and in particular no training
-//! example shares randomness with an evaluation example. Outputs are reproducible for a fixed
+//! example shares randomness with an evaluation example, and no validation example with a test
+//! (evaluation) one: validation takes the held-out side's stream ids from [`VAL_INDEX_BASE`] on,
+//! test the ids below it ([`Split::max_index`]). Outputs are reproducible for a fixed
 //! version of `rand` (0.9) and `rand_chacha` (0.9); the test suite pins a few values so that a
 //! dependency upgrade that changes them is noticed.
 
@@ -152,23 +155,57 @@ impl Example {
     }
 }
 
-/// Which split an example belongs to. Training and evaluation data never share random streams.
+/// Which split an example belongs to. Training, validation and evaluation (test) data never
+/// share random streams (crate docs), and corpora split their token stream by position
+/// ([`text`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Split {
     /// Training data.
     Train,
-    /// Evaluation (held-out) data.
+    /// Evaluation (held-out, test) data: what a run reports.
     Eval,
+    /// Validation data: held out like [`Split::Eval`] (iGSM: the same held-out structures) but
+    /// other examples; what a selection chooses on (docs/analysis-rules.md R58).
+    Val,
 }
 
+/// First held-out stream index of the validation split (`2^62`): example `i` of
+/// [`Split::Val`] has the stream of held-out index `VAL_INDEX_BASE + i`, above every index
+/// [`Split::Eval`] accepts.
+pub const VAL_INDEX_BASE: u64 = 1 << 62;
+
 impl Split {
-    /// `0` for [`Split::Train`], `1` for [`Split::Eval`]: the low bit of every stream id this
-    /// crate assigns (see the crate docs).
+    /// `0` for [`Split::Train`], `1` for the held-out side ([`Split::Eval`], [`Split::Val`]): the
+    /// low bit of every stream id this crate assigns (see the crate docs).
     pub fn id(self) -> u64 {
         match self {
             Split::Train => 0,
-            Split::Eval => 1,
+            Split::Eval | Split::Val => 1,
+        }
+    }
+
+    /// Whether the split is held out from training ([`Split::Eval`] or [`Split::Val`]).
+    pub fn is_held_out(self) -> bool {
+        self != Split::Train
+    }
+
+    /// Largest example index of the split: [`MAX_INDEX`] for training, `2^62 − 1` for
+    /// evaluation, `MAX_INDEX − 2^62` for validation (so that no two splits share a stream).
+    pub fn max_index(self) -> u64 {
+        match self {
+            Split::Train => MAX_INDEX,
+            Split::Eval => VAL_INDEX_BASE - 1,
+            Split::Val => MAX_INDEX - VAL_INDEX_BASE,
+        }
+    }
+
+    /// The split's name: `train`, `eval`, `val`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Eval => "eval",
+            Split::Val => "val",
         }
     }
 }
@@ -178,7 +215,8 @@ impl Split {
 pub const MAX_INDEX: u64 = (u64::MAX - 3) / 2;
 
 /// The split-level random stream for `seed`: ChaCha8 keyed by `seed_from_u64(seed)` on stream id
-/// `0` (train) or `1` (eval).
+/// `0` (train) or `1` (held out: eval and val share it, as they share iGSM's held-out
+/// structures).
 ///
 /// Use it for split-wide randomness that is not tied to one example (e.g. shuffling an
 /// example order). It never overlaps the other split's stream or any [`example_rng`] stream.
@@ -201,16 +239,27 @@ pub fn split_seed(seed: u64, split: Split) -> u64 {
 }
 
 /// The random stream of example `index` of `split` for `seed`: ChaCha8 keyed by
-/// `seed_from_u64(seed)` on stream id `2 + 2·index + split.id()`.
+/// `seed_from_u64(seed)` on stream id `2 + 2·index + split.id()` (validation: `index +
+/// VAL_INDEX_BASE` in place of `index`).
 ///
 /// Distinct `(split, index)` pairs get distinct stream ids, hence non-overlapping keystreams.
 ///
 /// # Errors
-/// [`TaskError::OutOfRange`] naming `index` if `index > MAX_INDEX` (`2^63 − 2`).
+/// [`TaskError::OutOfRange`] naming `index` if `index > split.max_index()`.
 pub fn example_rng(seed: u64, split: Split, index: u64) -> Result<ChaCha8Rng, TaskError> {
-    check_index(index)?;
+    if index > split.max_index() {
+        return Err(TaskError::out_of_range(
+            "index",
+            index,
+            format!("0..={} ({} split)", split.max_index(), split.name()),
+        ));
+    }
+    let slot = match split {
+        Split::Val => VAL_INDEX_BASE + index,
+        Split::Train | Split::Eval => index,
+    };
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    rng.set_stream(2 + 2 * index + split.id());
+    rng.set_stream(2 + 2 * slot + split.id());
     Ok(rng)
 }
 
@@ -235,21 +284,42 @@ pub(crate) fn check_batch(index0: u64, batch: usize) -> Result<(), TaskError> {
     Ok(())
 }
 
-fn check_index(index: u64) -> Result<(), TaskError> {
-    if index > MAX_INDEX {
-        return Err(TaskError::out_of_range(
-            "index",
-            index,
-            format!("0..={MAX_INDEX}"),
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use rand::RngCore;
+
+    #[test]
+    fn validation_streams_are_apart_from_test_and_training() {
+        // Validation example i is held-out slot 2^62 + i: the same as no eval or train example.
+        assert_eq!(
+            example_rng(5, Split::Val, 3).unwrap().get_stream(),
+            2 + 2 * (VAL_INDEX_BASE + 3) + 1
+        );
+        assert_eq!(example_rng(5, Split::Eval, 3).unwrap().get_stream(), 2 + 6 + 1);
+        assert_eq!(example_rng(5, Split::Train, 3).unwrap().get_stream(), 2 + 6);
+        let mut a = example_rng(5, Split::Val, 0).unwrap();
+        let mut b = example_rng(5, Split::Eval, 0).unwrap();
+        assert_ne!(a.next_u64(), b.next_u64());
+        // Each split's largest index, and one past it named with the split.
+        assert!(example_rng(0, Split::Eval, VAL_INDEX_BASE - 1).is_ok());
+        let e = example_rng(0, Split::Eval, VAL_INDEX_BASE).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "index = {VAL_INDEX_BASE} is out of range: must be in 0..={} (eval split)",
+                VAL_INDEX_BASE - 1
+            )
+        );
+        let top = example_rng(0, Split::Val, Split::Val.max_index()).unwrap();
+        assert_eq!(top.get_stream(), 2 + 2 * MAX_INDEX + 1);
+        assert!(example_rng(0, Split::Val, Split::Val.max_index() + 1).is_err());
+        assert!(example_rng(0, Split::Train, MAX_INDEX).is_ok());
+        assert_eq!(
+            serde_json::to_string(&Split::Val).unwrap(),
+            format!("\"{}\"", Split::Val.name())
+        );
+    }
 
     #[test]
     fn char_vocabulary_decoding() {
@@ -309,12 +379,12 @@ mod tests {
         assert_eq!(t0.get_stream(), 2);
         assert_eq!(e0.get_stream(), 3);
         assert_eq!(t1.get_stream(), 4);
-        let last = example_rng(1, Split::Eval, MAX_INDEX).unwrap();
+        let last = example_rng(1, Split::Val, Split::Val.max_index()).unwrap();
         assert_eq!(last.get_stream(), u64::MAX);
         let err = example_rng(1, Split::Train, MAX_INDEX + 1).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "index = 9223372036854775807 is out of range: must be in 0..=9223372036854775806"
+            "index = 9223372036854775807 is out of range: must be in 0..=9223372036854775806 (train split)"
         );
     }
 }

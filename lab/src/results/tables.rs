@@ -63,6 +63,8 @@ pub fn runs_row(cfg: &RunConfig, meta: &RunMeta, out: &TrainOutcome) -> RecordBa
         .opt_f64("final_train_loss", vec![last_train.map(|p| p.loss)])
         .opt_f64("final_eval_loss", vec![last.map(|e| e.loss)])
         .opt_f64("final_eval_accuracy", vec![last.map(|e| e.accuracy)])
+        .opt_f64("val_loss", vec![out.val.map(|v| v.0)])
+        .opt_f64("val_accuracy", vec![out.val.map(|v| v.1)])
         .opt_f64("answer_accuracy", vec![out.answer_accuracy])
         .opt_f64("solution_valid", vec![out.solution_valid]);
     // iGSM's teacher-forced accuracy by part of the solution: `acc_tf_<role>`.

@@ -537,6 +537,7 @@ fn record_crash(
         acc_tf_definition_train_structures: None,
         acc_shift0: None,
         acc_shift_nonzero: None,
+        val: None,
         converged_step: None,
         dep_width_mi: None,
         attention_lags: None,
