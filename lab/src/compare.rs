@@ -88,7 +88,7 @@ fn read_metrics(dir: &Path) -> Result<Metrics, CompareError> {
     if !path.is_file() {
         return Ok(out);
     }
-    let t = Table::read(&path)?;
+    let t = Table::read_selected(&path)?;
     let n = t.rows();
     let strs = |c: &str| -> Result<Vec<Option<String>>, PlotError> {
         if t.has(c) {
@@ -170,6 +170,25 @@ fn num(v: f64, digits: usize) -> String {
     }
 }
 
+/// ` (selected on validation: k of n runs)` when the folder's run table marks a selection
+/// (docs/analysis-rules.md R58), else empty.
+fn selection_note(dir: &Path) -> String {
+    let Ok(t) = Table::read(&dir.join("runs.parquet")) else {
+        return String::new();
+    };
+    let Ok(kept) = Table::read_selected(&dir.join("runs.parquet")) else {
+        return String::new();
+    };
+    if kept.rows() == t.rows() {
+        return String::new();
+    }
+    format!(
+        " (selected on validation: {} of {} runs)",
+        kept.rows(),
+        t.rows()
+    )
+}
+
 /// The comparison of results folders `a` and `b` as printable tables (fits, then metrics); a
 /// row present in only one folder shows `–` on the other side.
 ///
@@ -182,7 +201,13 @@ pub fn compare_text(a: &Path, b: &Path) -> Result<String, CompareError> {
         }
     }
     let (fa, fb) = (read_fits(a)?, read_fits(b)?);
-    let mut s = format!("A = {}\nB = {}\n", a.display(), b.display());
+    let mut s = format!(
+        "A = {}{}\nB = {}{}\n",
+        a.display(),
+        selection_note(a),
+        b.display(),
+        selection_note(b)
+    );
     if !fa.is_empty() || !fb.is_empty() {
         s.push_str("\nfits (ln θ_eff = ln c − β ln W; the law: β = 1, c = π)\n");
         let _ = writeln!(

@@ -437,7 +437,7 @@ pub fn render(
     plot::check_sweep(sweep, results)?;
     let runs = runs_path
         .is_file()
-        .then(|| Table::read(&runs_path))
+        .then(|| Table::read_selected(&runs_path))
         .transpose()?;
     let (description, claim) = claim_of(sweep, sweeps_dir);
     let inv = provenance::read(results);

@@ -211,6 +211,45 @@ pub fn read_parquet(path: &Path) -> Result<(SchemaRef, Vec<RecordBatch>), Result
     Ok((schema, batches))
 }
 
+/// Set the boolean column `selected` of the run table at `path` (atomically, replacing any
+/// earlier one): `true` for the runs whose `run_id` is in `selected`, `false` for the others;
+/// `true` for every run when there is no selection (`None`). docs/analysis-rules.md R58.
+pub fn mark_selected(
+    path: &Path,
+    selected: Option<&std::collections::HashSet<String>>,
+) -> Result<(), ResultsError> {
+    let (schema, batches) = read_parquet(path)?;
+    let mut fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .filter(|f| f.name() != "selected")
+        .map(|f| f.as_ref().clone())
+        .collect();
+    fields.push(Field::new("selected", DataType::Boolean, false));
+    let out_schema: SchemaRef = Arc::new(Schema::new(fields));
+    let mut out = Vec::with_capacity(batches.len());
+    for b in &batches {
+        let ids = column::strings(b, "run_id");
+        let flags: BooleanArray = ids
+            .iter()
+            .map(|id| Some(selected.is_none_or(|s| id.as_ref().is_some_and(|id| s.contains(id)))))
+            .collect();
+        let mut columns: Vec<ArrayRef> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.name() != "selected")
+            .map(|(i, _)| b.column(i).clone())
+            .collect();
+        columns.push(Arc::new(flags));
+        out.push(
+            RecordBatch::try_new(out_schema.clone(), columns)
+                .map_err(|e| pq_err(path)(e.to_string()))?,
+        );
+    }
+    write_parquet_atomic(path, out_schema, &out)
+}
+
 /// Concatenate the tables in `inputs` (same schema) into `out`, atomically. Returns the number
 /// of rows written, or `None` when there was no input file.
 pub fn merge_tables(inputs: &[PathBuf], out: &Path) -> Result<Option<usize>, ResultsError> {

@@ -637,12 +637,7 @@ pub fn split_loss(
     let (mut loss_sum, mut correct, mut scored) = (0.0f64, 0.0f64, 0usize);
     let chunk = (EVAL_CHUNK_TOKENS / cfg.seq_len.max(1)).clamp(1, cfg.batch_size.max(1));
     for i in 0..cfg.eval_batches {
-        let examples = task.batch(
-            cfg.seed,
-            split,
-            (i * cfg.batch_size) as u64,
-            cfg.batch_size,
-        )?;
+        let examples = task.batch(cfg.seed, split, (i * cfg.batch_size) as u64, cfg.batch_size)?;
         for part in examples.chunks(chunk) {
             let batch = to_batch(part, &eval_device);
             let logits = model.forward(batch.inputs.clone());

@@ -29,6 +29,7 @@ EXPECTED = {
         "eval_every": I64, "eval_batches": I64, "seed": I64,
         "train_examples": I64, "attention": S, "max_grad_norm": F64,
         "final_train_loss": F64, "final_eval_loss": F64, "final_eval_accuracy": F64,
+        "val_loss": F64, "val_accuracy": F64, "selected": B,
         "answer_accuracy": F64, "solution_valid": F64,
         "acc_tf_structure": F64, "acc_tf_name": F64, "acc_tf_definition": F64, "acc_tf_value": F64,
         "acc_tf_result": F64, "acc_tf_answer": F64, "acc_tf_operator": F64, "acc_tf_leaf": F64, "answer_accuracy_train_structures": F64,

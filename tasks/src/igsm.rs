@@ -1384,7 +1384,11 @@ impl IgsmConfig {
             };
             let d = self.draw_structure(rng, k);
             // Validation problems come from the held-out structures, like evaluation ones.
-            let part = if split.is_held_out() { Split::Eval } else { Split::Train };
+            let part = if split.is_held_out() {
+                Split::Eval
+            } else {
+                Split::Train
+            };
             if self.split_of(structure_hash(&d, d.len() - 1)) == part {
                 defs = Some(d);
                 break;
@@ -1568,7 +1572,11 @@ mod tests {
             for i in 0..900 {
                 let p = mixed.sample(3, split, i).unwrap();
                 // Validation problems come from the held-out structures too.
-                let part = if split.is_held_out() { Split::Eval } else { split };
+                let part = if split.is_held_out() {
+                    Split::Eval
+                } else {
+                    split
+                };
                 assert_eq!(mixed.split_of(p.structure_hash()), part);
                 if split == Split::Val {
                     assert_ne!(p, mixed.sample(3, Split::Eval, i).unwrap());

@@ -296,7 +296,10 @@ mod tests {
             example_rng(5, Split::Val, 3).unwrap().get_stream(),
             2 + 2 * (VAL_INDEX_BASE + 3) + 1
         );
-        assert_eq!(example_rng(5, Split::Eval, 3).unwrap().get_stream(), 2 + 6 + 1);
+        assert_eq!(
+            example_rng(5, Split::Eval, 3).unwrap().get_stream(),
+            2 + 6 + 1
+        );
         assert_eq!(example_rng(5, Split::Train, 3).unwrap().get_stream(), 2 + 6);
         let mut a = example_rng(5, Split::Val, 0).unwrap();
         let mut b = example_rng(5, Split::Eval, 0).unwrap();

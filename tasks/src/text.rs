@@ -144,7 +144,11 @@ impl TextConfig {
                     format!(
                         "1..={} ({} tokens − 1)",
                         (hi - lo).saturating_sub(1),
-                        if split == Split::Eval { "held-out" } else { "validation" }
+                        if split == Split::Eval {
+                            "held-out"
+                        } else {
+                            "validation"
+                        }
                     ),
                 ));
             }
@@ -173,7 +177,11 @@ impl TextConfig {
             return Err(TaskError::out_of_range(
                 "seq_len",
                 self.seq_len,
-                format!("1..={} ({} tokens − 1)", (hi - lo).saturating_sub(1), split.name()),
+                format!(
+                    "1..={} ({} tokens − 1)",
+                    (hi - lo).saturating_sub(1),
+                    split.name()
+                ),
             ));
         }
         let start = rng.random_range(lo..=hi - self.seq_len - 1);

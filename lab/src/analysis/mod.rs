@@ -5,6 +5,8 @@
 //! field `θ·r ∈ [0, π]` still covers the dependency width. Paper 3 reports `c ≈ 3.02`.
 
 pub mod bands;
+pub mod paired;
+pub mod select;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

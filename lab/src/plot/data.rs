@@ -34,6 +34,31 @@ impl Table {
         })
     }
 
+    /// [`Table::read`] of a run table, keeping the rows a selection on validation chose: rows
+    /// whose `selected` is `false` are left out (docs/analysis-rules.md R58); a table without
+    /// the column (no selection, or written before it existed) is read whole.
+    pub fn read_selected(path: &Path) -> Result<Self, PlotError> {
+        let mut t = Self::read(path)?;
+        let mut kept = Vec::with_capacity(t.batches.len());
+        for b in &t.batches {
+            let Some(col) = b
+                .column_by_name("selected")
+                .and_then(|c| c.as_any().downcast_ref::<arrow_array::BooleanArray>())
+            else {
+                kept.push(b.clone());
+                continue;
+            };
+            let keep: arrow_array::BooleanArray =
+                col.iter().map(|v| Some(v != Some(false))).collect();
+            kept.push(
+                arrow_select::filter::filter_record_batch(b, &keep)
+                    .expect("the mask is built from the batch, so their lengths agree"),
+            );
+        }
+        t.batches = kept;
+        Ok(t)
+    }
+
     /// A table from record batches (tests, or tables built in memory).
     pub fn from_batches(name: &str, batches: Vec<RecordBatch>) -> Self {
         Self {

@@ -259,7 +259,15 @@ fn draw_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, P
                 .join(", "),
         });
     }
-    let table = |name: &str| Table::read(&results.join(format!("{name}.parquet")));
+    // The run table's rows that a selection on validation left out are not drawn (R58).
+    let table = |name: &str| {
+        let path = results.join(format!("{name}.parquet"));
+        if name == "runs" {
+            Table::read_selected(&path)
+        } else {
+            Table::read(&path)
+        }
+    };
     check_sweep(sweep, results)?;
     font::register()?;
     std::fs::create_dir_all(out).map_err(|source| PlotError::Io {

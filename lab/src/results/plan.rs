@@ -36,6 +36,10 @@ pub struct FolderPlan {
     pub plan_id: String,
     /// The run ids of this folder's plan (of its shard), in plan order.
     pub run_ids: Vec<String>,
+    /// The preset's selection on validation (docs/analysis-rules.md R58), if it has one: the
+    /// folder's tables then use the selected runs ([`crate::analysis::select`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub select: Option<crate::analysis::select::Selection>,
 }
 
 impl FolderPlan {
@@ -130,6 +134,7 @@ mod tests {
         assert_eq!(read(&dir), None);
         let ids = vec!["aa".to_string(), "bb".to_string()];
         let plan = FolderPlan {
+            select: None,
             sweep: "block-width".into(),
             preset: "smoke".into(),
             sets: vec!["steps=300".into()],

@@ -34,6 +34,8 @@ pub struct RunRecord {
     pub seed: i64,
     /// Final accuracy (iGSM: generated-answer accuracy).
     pub acc: Option<f64>,
+    /// Final held-out (test) loss, nats per scored token.
+    pub loss: Option<f64>,
     /// Pooled θ_eff (`all`).
     pub theta: Option<f64>,
     /// θ_eff of the positional layer.
@@ -134,6 +136,7 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
             i("steps_done"),
             i("converged_step"),
         );
+        let test_loss = f("final_eval_loss");
         let (acc, answer, th, thp, e0, e1) = (
             f("final_eval_accuracy"),
             f("answer_accuracy"),
@@ -164,6 +167,7 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
                 seed: seed[r].unwrap_or(0),
                 // iGSM: the generated-answer accuracy (teacher-forced answer tokens are a copy).
                 acc: answer[r].or(acc[r]),
+                loss: test_loss[r],
                 theta: th[r],
                 theta_positional: thp[r],
                 positional_layer: pl[r],
@@ -719,6 +723,7 @@ mod tests {
             },
             seed,
             acc: Some(1.0),
+            loss: None,
             theta: Some((theta_l0 * theta_l1).sqrt()),
             theta_positional: Some(theta_l0),
             positional_layer: Some(0),

@@ -570,6 +570,7 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
     let start = Instant::now();
     let started = std::time::SystemTime::now();
     let mut plan = spec.expand(&opts.preset)?;
+    let select = spec.selection(&opts.preset, &plan)?;
     let whole_ids: Vec<String> = plan.iter().map(|r| r.config.run_id()).collect();
     if let Some(shard) = opts.shard {
         plan = shard.select(plan);
@@ -588,6 +589,7 @@ pub fn run_sweep(spec: &SweepSpec, opts: &SweepOptions) -> Result<SweepReport, S
         shard: opts.shard.map(|s| s.to_string()),
         plan_id: crate::results::plan::FolderPlan::id_of(&spec.name, &whole_ids),
         run_ids: plan.iter().map(|r| r.config.run_id()).collect(),
+        select,
     };
     let earlier_plan = crate::results::plan::read(out_dir);
     crate::results::plan::write(out_dir, &folder_plan).map_err(io(format!(
@@ -1048,10 +1050,41 @@ pub fn collect_named(
         .filter(|p| p.join("runs.parquet").is_file())
         .collect();
     run_dirs.sort();
+    // The selection on validation (R58) the folder's plan declares: the tables other than
+    // `runs` (which keeps every run of the plan and marks `selected`), the fits and the summary
+    // use the selected runs only.
+    let selection = crate::results::plan::read(out_dir).and_then(|p| p.select);
+    let choices = match &selection {
+        Some(sel) => {
+            let cands = crate::analysis::select::candidates(out_dir, ids, sel)?;
+            Some(crate::analysis::select::choose(sel, &cands))
+        }
+        None => None,
+    };
+    let selected: Option<std::collections::HashSet<String>> = choices.as_ref().map(|cs| {
+        cs.iter()
+            .filter_map(|c| c.chosen.as_ref().ok().cloned())
+            .collect()
+    });
+    let analysed: Vec<PathBuf> = run_dirs
+        .iter()
+        .filter(|d| {
+            selected.as_ref().is_none_or(|s| {
+                d.file_name()
+                    .is_some_and(|n| s.contains(n.to_string_lossy().as_ref()))
+            })
+        })
+        .cloned()
+        .collect();
     // `layers` is absent from runs of lab versions before it existed; `attention` exists only for
     // indirect-indexing runs.
     for table in ["runs", "curves", "spectrum", "layers", "attention"] {
-        let files: Vec<PathBuf> = run_dirs
+        let dirs = if table == "runs" {
+            &run_dirs
+        } else {
+            &analysed
+        };
+        let files: Vec<PathBuf> = dirs
             .iter()
             .map(|d| d.join(format!("{table}.parquet")))
             .filter(|f| matches!(table, "runs" | "curves" | "spectrum") || f.is_file())
@@ -1060,12 +1093,16 @@ pub fn collect_named(
             parts.insert(table, files);
         }
     }
-    let eval_files = crate::eval::eval_files(&run_dirs);
+    let eval_files = crate::eval::eval_files(&analysed);
     if !eval_files.is_empty() {
         parts.insert("evals", eval_files);
     }
     for (table, files) in &parts {
         results::merge_tables(files, &out_dir.join(format!("{table}.parquet")))?;
+    }
+    let runs_table = out_dir.join("runs.parquet");
+    if runs_table.is_file() {
+        results::mark_selected(&runs_table, selected.as_ref())?;
     }
     // A table none of the plan's runs has (e.g. `attention`, `evals`) must not linger from
     // another plan's runs.
@@ -1075,14 +1112,54 @@ pub fn collect_named(
         }
     }
 
-    let records = super::law::read_records(out_dir, ids)?;
-    let failed = records.iter().filter(|r| r.status != "done").count();
-    let done: Vec<&super::law::RunRecord> = records.iter().filter(|r| r.status == "done").collect();
+    let analysed_ids: Vec<String> = match &selected {
+        Some(s) => ids.iter().filter(|id| s.contains(*id)).cloned().collect(),
+        None => ids.to_vec(),
+    };
+    let all_records = super::law::read_records(out_dir, ids)?;
+    let failed = all_records.iter().filter(|r| r.status != "done").count();
+    let records: Vec<&super::law::RunRecord> = all_records
+        .iter()
+        .filter(|r| analysed_ids.contains(&r.id))
+        .collect();
+    let done: Vec<&super::law::RunRecord> =
+        records.into_iter().filter(|r| r.status == "done").collect();
     let fits = super::law::fits(sweep_name, preset, &done);
     results::write_batch(&out_dir.join("fit.parquet"), &fit_table(&fits))?;
-    let summary = super::law::summary_text(&done, &fits, failed)
-        + &crate::results::plan::others_note(out_dir, ids);
+    let mut summary = super::law::summary_text(&done, &fits, failed);
+    if let (Some(sel), Some(cs)) = (&selection, &choices) {
+        summary.push_str(&crate::analysis::select::summary_lines(sel, cs));
+    }
+    let over = selection
+        .as_ref()
+        .map(|s| s.over.clone())
+        .unwrap_or_default();
+    summary.push_str(&crate::analysis::paired::summary_lines(
+        &paired_inputs(out_dir, &done),
+        &over,
+    ));
+    summary.push_str(&crate::results::plan::others_note(out_dir, ids));
     Ok((fits, summary, failed))
+}
+
+/// The paired comparison's view of the finished, analysed runs: each run's config and its test
+/// metrics (held-out NLL; accuracy, or iGSM's greedy answers).
+fn paired_inputs(
+    out_dir: &Path,
+    done: &[&super::law::RunRecord],
+) -> Vec<crate::analysis::paired::RunMetrics> {
+    done.iter()
+        .filter_map(|r| {
+            let dir = run_dir(out_dir, &r.id);
+            let config: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).ok()?)
+                    .ok()?;
+            crate::analysis::paired::RunMetrics::new(
+                &config,
+                vec![("test NLL", r.loss), ("test accuracy", r.acc)],
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::analysis::select::Selection;
 use crate::config::RunConfig;
 pub use crate::hint::{did_you_mean, hint_unknown};
 use crate::model::scaling::ScalingKind;
@@ -239,6 +240,9 @@ struct SweepFile {
     presets: BTreeMap<String, Preset>,
     #[serde(default)]
     evals: Vec<EvalSpec>,
+    /// `[select]`: the selection on validation every preset uses unless it has its own.
+    #[serde(default)]
+    select: Option<Selection>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -254,6 +258,9 @@ struct Preset {
     arms: Option<Vec<BTreeMap<String, Vec<toml::Value>>>>,
     #[serde(default)]
     evals: Option<Vec<EvalSpec>>,
+    /// `[presets.P.select]`: this preset's selection on validation (replaces the file's).
+    #[serde(default)]
+    select: Option<Selection>,
     /// Runs at once when `lab sweep` is not given `--jobs` (default 1).
     #[serde(default)]
     jobs: Option<usize>,
@@ -689,6 +696,66 @@ impl SweepSpec {
         self.file.presets.get(preset).and_then(|p| p.jobs)
     }
 
+    /// The selection on validation of `preset` (docs/analysis-rules.md R58): its own
+    /// `[presets.P.select]`, else the file's `[select]`; `None` when neither says one.
+    ///
+    /// # Errors
+    /// [`SpecError::InvalidRun`] naming the `select` table: an empty `over`, or an axis of it
+    /// that is not a config field or does not take at least two values in `plan` (`--set`
+    /// included), so that the selection would have nothing to choose.
+    pub fn selection(
+        &self,
+        preset: &str,
+        plan: &[PlannedRun],
+    ) -> Result<Option<Selection>, SpecError> {
+        let (sel, context) = match self.file.presets.get(preset).and_then(|p| p.select.clone()) {
+            Some(s) => (s, format!("[presets.{preset}.select]")),
+            None => match self.file.select.clone() {
+                Some(s) => (s, "[select]".to_string()),
+                None => return Ok(None),
+            },
+        };
+        let bad = |message: String| SpecError::InvalidRun {
+            path: self.path.clone(),
+            context: context.clone(),
+            message,
+        };
+        if sel.over.is_empty() {
+            return Err(bad(
+                "over = [] chooses nothing: name the axes chosen on, e.g. over = [\"lr\"]".into(),
+            ));
+        }
+        let fields = crate::config::fields();
+        for axis in &sel.over {
+            if !fields.contains(&axis.as_str()) {
+                return Err(bad(format!(
+                    "over: `{axis}` is not a config field{}",
+                    did_you_mean(axis, fields.iter().copied())
+                )));
+            }
+            let mut values: Vec<&str> = plan
+                .iter()
+                .flat_map(|r| r.axes.iter())
+                .filter(|(k, _)| k == axis)
+                .map(|(_, v)| v.as_str())
+                .collect();
+            values.sort_unstable();
+            values.dedup();
+            if values.len() < 2 {
+                return Err(bad(format!(
+                    "over: `{axis}` takes {} value(s) in preset {preset}{}; a selection needs an axis with at least 2 (e.g. grid {axis} = [a, b, c], or --set '{axis}=[a,b,c]')",
+                    values.len(),
+                    if values.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", values.join(", "))
+                    }
+                )));
+            }
+        }
+        Ok(Some(sel))
+    }
+
     /// Expand `preset` into runs, each validated.
     pub fn expand(&self, preset: &str) -> Result<Vec<PlannedRun>, SpecError> {
         let p = match self.file.presets.get(preset) {
@@ -822,6 +889,8 @@ impl SweepSpec {
         // The same config reached through two arms is one run.
         let mut seen = std::collections::HashSet::new();
         runs.retain(|r| seen.insert(r.config.run_id()));
+        // A selection with nothing to choose is refused wherever a plan is made.
+        self.selection(preset, &runs)?;
         Ok(runs)
     }
 }
@@ -1117,7 +1186,7 @@ grid = { block_len = [4] }
         let err = parse("[gird]\nblock_len = [4]\n").unwrap_err().to_string();
         assert_eq!(
             err,
-            "sweeps/t.toml:30:2: unknown field `gird`, expected one of `description`, `claim`, `default_preset`, `base`, `grid`, `arms`, `presets`, `evals`; did you mean `grid`?"
+            "sweeps/t.toml:30:2: unknown field `gird`, expected one of `description`, `claim`, `default_preset`, `base`, `grid`, `arms`, `presets`, `evals`, `select`; did you mean `grid`?"
         );
         let err = parse("[grid]\nencoding = [\"ropee\"]\n[presets.q]\n")
             .unwrap()

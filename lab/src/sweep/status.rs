@@ -348,6 +348,7 @@ pub fn merge_dirs(inputs: &[PathBuf], out: &Path) -> Result<MergeReport, SweepEr
                     .map(|p| p.plan_id.clone())
                     .unwrap_or_else(|| crate::results::plan::FolderPlan::id_of(sweep, ids)),
                 run_ids: ids.clone(),
+                select: recorded_plan.as_ref().and_then(|p| p.select.clone()),
             };
             crate::results::plan::write(out, &plan).map_err(sweep_error(format!(
                 "cannot write {} in {}",
