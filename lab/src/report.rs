@@ -459,11 +459,12 @@ pub fn render(
             plot_error = Some(e.to_string());
         }
     }
-    let optional: Vec<&str> = plot::OPTIONAL_FIGURES
+    let mut optional: Vec<&str> = plot::OPTIONAL_FIGURES
         .iter()
         .find(|(n, _)| *n == sweep)
         .map(|(_, f)| f.to_vec())
         .unwrap_or_default();
+    optional.push(plot::SELECTION_FIGURE);
     let (fig_html, figures, missing) =
         figures_html(sweep, &fig_dir, &stems, &optional, plot_error.as_deref());
 

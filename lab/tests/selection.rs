@@ -123,6 +123,21 @@ fn the_selected_run_of_each_group_has_the_lowest_validation_loss() {
         stdout.contains("test NLL: pope − rope = "),
         "paired differences: {stdout}"
     );
+    // The selection figure's data: one setting, a curve per encoding over the 3 learning rates,
+    // each point pooling the 2 seeds' validation losses.
+    let plan = lab::results::plan::read(&out).expect("plan.json");
+    let sel = plan.select.clone().expect("the plan records its selection");
+    let cands = lab::analysis::select::candidates(&out, &plan.run_ids, &sel).unwrap();
+    let panels = lab::plot::data::selection_curves(&lab::analysis::select::choose(&sel, &cands));
+    assert_eq!(panels.len(), 1);
+    assert_eq!(panels[0].0, "all");
+    let curves = &panels[0].1;
+    assert_eq!(curves.len(), 2);
+    for c in curves {
+        let xs: Vec<f64> = c.points.iter().map(|p| p.0).collect();
+        assert_eq!(xs, vec![0.001, 0.01, 0.1], "{}", c.label);
+        assert!(c.points.iter().all(|p| p.1.values.len() == 2));
+    }
     // `lab compare` says it compares selected runs.
     let o = lab()
         .env("LAB_SWEEPS_DIR", &sweeps)

@@ -1505,3 +1505,71 @@ fn numeric(t: &Table, col: &str) -> Result<Vec<Option<f64>>, PlotError> {
         .map(|v| v.map(|x| x as f64))
         .collect())
 }
+
+/// The selection figure's data (docs/analysis-rules.md R58): per setting (a group's label
+/// without its encoding and seed; `all` when nothing else varies), one [`Curve`] per encoding
+/// of the validation metric against the first selection axis's value, the seeds pooled into
+/// each point's [`Stat`]. Candidates without the metric (failed, unfinished) are left out; an
+/// axis value that is not a number leaves its candidate out.
+pub fn selection_curves(choices: &[crate::analysis::select::Choice]) -> Vec<(String, Vec<Curve>)> {
+    // setting → encoding → x → values
+    let mut by: BTreeMap<String, BTreeMap<String, BTreeMap<u64, (f64, Vec<f64>)>>> =
+        BTreeMap::new();
+    for c in choices {
+        let mut encoding = String::from("run");
+        let setting: Vec<&str> = c
+            .label
+            .split(' ')
+            .filter(|w| !w.is_empty())
+            .filter(|w| {
+                if let Some(e) = w.strip_prefix("encoding=") {
+                    encoding = e.to_string();
+                    false
+                } else {
+                    !w.starts_with("seed=")
+                }
+            })
+            .collect();
+        let setting = if setting.is_empty() {
+            "all".to_string()
+        } else {
+            setting.join(" ")
+        };
+        for (words, metric, _) in &c.candidates {
+            let (Some(m), Some(x)) = (
+                metric,
+                words
+                    .split(' ')
+                    .next()
+                    .and_then(|w| w.split_once('='))
+                    .and_then(|(_, v)| v.parse::<f64>().ok()),
+            ) else {
+                continue;
+            };
+            by.entry(setting.clone())
+                .or_default()
+                .entry(encoding.clone())
+                .or_default()
+                .entry(x.to_bits())
+                .or_insert_with(|| (x, Vec::new()))
+                .1
+                .push(*m);
+        }
+    }
+    by.into_iter()
+        .map(|(setting, encs)| {
+            let curves = encs
+                .into_iter()
+                .map(|(label, pts)| {
+                    let mut points: Vec<(f64, Stat)> = pts
+                        .into_values()
+                        .filter_map(|(x, v)| Stat::of(v).map(|s| (x, s)))
+                        .collect();
+                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    Curve { label, points }
+                })
+                .collect();
+            (setting, curves)
+        })
+        .collect()
+}

@@ -1086,10 +1086,17 @@ where
     }
     if p.log2_x && xmin > 0.0 {
         let (x0, x1) = (xmin / 1.25, xmax * 1.25);
-        let mut chart = builder.build_cartesian_2d(
-            (x0..x1).log_scale().with_key_points(pow2_ticks(x0, x1)),
-            ylo..yhi,
-        )?;
+        // Below 1 (learning rates) the ticks are the values drawn, not powers of two.
+        let ticks = if xmax < 1.0 {
+            let mut t = xs.clone();
+            t.sort_by(f64::total_cmp);
+            t.dedup();
+            t
+        } else {
+            pow2_ticks(x0, x1)
+        };
+        let mut chart =
+            builder.build_cartesian_2d((x0..x1).log_scale().with_key_points(ticks), ylo..yhi)?;
         finish!(chart);
     } else {
         let pad = ((xmax - xmin) * 0.06).max(0.5);

@@ -140,6 +140,10 @@ pub const SWEEP_FIGURES: &[(&str, &[&str])] = &[
 /// there): iGSM answer curves need runs with `answer_curve > 0`.
 pub const OPTIONAL_FIGURES: &[(&str, &[&str])] = &[("igsm-ops", &["igsm-answer-curves"])];
 
+/// The figure any sweep gets when its plan selects on validation (docs/analysis-rules.md R58):
+/// the validation metric against the selection's axis, per encoding, one panel per setting.
+pub const SELECTION_FIGURE: &str = "selection";
+
 /// The caption of figure `stem` of sweep `sweep` (what it shows and how to read it; the table in
 /// the module docs), empty for an unknown pair.
 pub fn figure_caption(sweep: &str, stem: &str) -> &'static str {
@@ -179,6 +183,9 @@ pub fn figure_caption(sweep: &str, stem: &str) -> &'static str {
         }
         ("igsm-ops", "igsm-answer-curves") => {
             "iGSM: greedy answers on held-out problems against the training step, one curve per number of operations (with answer_curve_min_ops, the same model's answers at each size): which sizes are learned, and in which order."
+        }
+        (_, "selection") => {
+            "Selection on validation: the validation loss (or accuracy) of every run against the value of the axis chosen on (log axis), one curve per encoding (band: min–max over seeds), one panel per setting; each seed's best point is its selected run, whose test numbers the tables report (docs/analysis-rules.md R58)."
         }
         ("real-sequences", "real-sequences-nll") => {
             "Held-out NLL against evaluation length per corpus, per encoding and RoPE scaling, trained at 1×."
@@ -274,7 +281,8 @@ fn draw_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, P
         path: out.to_path_buf(),
         source,
     })?;
-    let mut written = Vec::new();
+    let mut written = selection_figure(results, out)?;
+    let selecting = !written.is_empty();
     match sweep {
         "block-width" => {
             let runs = table("runs")?;
@@ -483,7 +491,12 @@ fn draw_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, P
             )?);
         }
         "real-sequences" => {
-            let evals = table("evals")?;
+            // A selection's folder without length evaluations (the `tune` preset) has its
+            // selection figure only.
+            let evals = match table("evals") {
+                Err(PlotError::MissingTable(_)) if selecting => return Ok(written),
+                other => other?,
+            };
             let mut corpora: Vec<String> = data::eval_corpora(&evals)?
                 .into_iter()
                 .flatten()
@@ -622,6 +635,47 @@ fn draw_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, P
         _ => unreachable!("checked against SWEEP_FIGURES"),
     }
     Ok(written)
+}
+
+/// [`SELECTION_FIGURE`] of the folder `results` into `out` when its plan selects on validation
+/// (`plan.json`'s `select`, R58); nothing otherwise, or when no candidate has the metric yet.
+fn selection_figure(results: &Path, out: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    let Some(plan) = crate::results::plan::read(results) else {
+        return Ok(vec![]);
+    };
+    let Some(sel) = &plan.select else {
+        return Ok(vec![]);
+    };
+    let cands = crate::analysis::select::candidates(results, &plan.run_ids, sel)?;
+    let choices = crate::analysis::select::choose(sel, &cands);
+    let panels_data = data::selection_curves(&choices);
+    if panels_data.is_empty() {
+        return Ok(vec![]);
+    }
+    let axis = sel.over.first().cloned().unwrap_or_default();
+    let panels = panels_data
+        .into_iter()
+        .enumerate()
+        .map(|(i, (title, curves))| LinePanel {
+            title,
+            x_desc: axis.clone(),
+            y_desc: format!("{} (validation)", sel.by.column()),
+            curves,
+            log2_x: true,
+            percent_y: false,
+            vlines: vec![],
+            legend: (i == 0).then_some(SeriesLabelPosition::UpperRight),
+        })
+        .collect();
+    save(
+        &LinesPlot {
+            title: format!("Selection on validation ({})", sel.describe()),
+            panels,
+            note: "line: mean over seeds; band: min–max over seeds; each seed's best point is its selected run".into(),
+        },
+        out,
+        SELECTION_FIGURE,
+    )
 }
 
 fn empty(figure: &str, why: &str) -> PlotError {
