@@ -100,7 +100,7 @@ fn unknown_key_suggests_the_closest_valid_key() {
     assert_eq!(
         err,
         format!(
-            "error: {}:{line}:2: unknown field `gird`, expected one of `description`, `claim`, `default_preset`, `base`, `grid`, `arms`, `presets`, `evals`; did you mean `grid`?",
+            "error: {}:{line}:2: unknown field `gird`, expected one of `description`, `claim`, `default_preset`, `base`, `grid`, `arms`, `presets`, `evals`, `select`; did you mean `grid`?",
             f.display()
         )
     );
