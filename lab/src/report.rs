@@ -459,6 +459,15 @@ pub fn render(
             plot_error = Some(e.to_string());
         }
     }
+    // The selection figure, whatever the sweep (a sweep file without figures of its own too).
+    if !fig_dir
+        .join(format!("{}.svg", plot::SELECTION_FIGURE))
+        .is_file()
+        && std::fs::create_dir_all(&fig_dir).is_ok()
+        && let Err(e) = plot::selection_figure(results, &fig_dir)
+    {
+        plot_error.get_or_insert(e.to_string());
+    }
     let mut optional: Vec<&str> = plot::OPTIONAL_FIGURES
         .iter()
         .find(|(n, _)| *n == sweep)
@@ -618,9 +627,19 @@ pub fn render(
         for c in &mut cols {
             c.1 = order.iter().map(|&i| c.1[i].clone()).collect();
         }
+        // A selection on validation keeps one run per group (R58): say how many of the plan's.
+        let selection = crate::results::plan::read(results)
+            .and_then(|p| p.select.map(|sel| (sel, p.run_ids.len())))
+            .map(|(sel, all)| {
+                format!(
+                    " Selected on validation ({}, docs/analysis-rules.md R58): {n} of the plan's {all} runs; the others are in runs.parquet with <code>selected = false</code>, and the figure <code>selection</code> shows every run's validation metric.",
+                    esc(&sel.describe())
+                )
+            })
+            .unwrap_or_default();
         let _ = write!(
             h,
-            "<p>{n} runs, grouped by the settings that differ ({}); click a column to sort.</p>{}",
+            "<p>{n} runs, grouped by the settings that differ ({}); click a column to sort.{selection}</p>{}",
             esc(&settings.join(", ")),
             html_table("runs", &cols)
         );

@@ -138,6 +138,24 @@ fn the_selected_run_of_each_group_has_the_lowest_validation_loss() {
         assert_eq!(xs, vec![0.001, 0.01, 0.1], "{}", c.label);
         assert!(c.points.iter().all(|p| p.1.values.len() == 2));
     }
+    // `lab report` says what it kept and inlines the selection figure.
+    let o = lab()
+        .env("LAB_SWEEPS_DIR", &sweeps)
+        .args(["report", "sel", "--results"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    let page = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        page.contains("Selected on validation (over lr by val_loss, docs/analysis-rules.md R58): 4 of the plan's 12 runs"),
+        "report"
+    );
+    assert!(out.join("figures/selection.svg").is_file());
+    assert!(
+        page.contains("Selection on validation"),
+        "figure caption or title"
+    );
     // `lab compare` says it compares selected runs.
     let o = lab()
         .env("LAB_SWEEPS_DIR", &sweeps)

@@ -639,7 +639,11 @@ fn draw_sweep(sweep: &str, results: &Path, out: &Path) -> Result<Vec<PathBuf>, P
 
 /// [`SELECTION_FIGURE`] of the folder `results` into `out` when its plan selects on validation
 /// (`plan.json`'s `select`, R58); nothing otherwise, or when no candidate has the metric yet.
-fn selection_figure(results: &Path, out: &Path) -> Result<Vec<PathBuf>, PlotError> {
+/// Drawn first by `lab plot` for every sweep, and by `lab report` for any sweep.
+///
+/// # Errors
+/// A run table that cannot be read, a figure that cannot be written.
+pub fn selection_figure(results: &Path, out: &Path) -> Result<Vec<PathBuf>, PlotError> {
     let Some(plan) = crate::results::plan::read(results) else {
         return Ok(vec![]);
     };
@@ -652,6 +656,7 @@ fn selection_figure(results: &Path, out: &Path) -> Result<Vec<PathBuf>, PlotErro
     if panels_data.is_empty() {
         return Ok(vec![]);
     }
+    font::register()?;
     let axis = sel.over.first().cloned().unwrap_or_default();
     let panels = panels_data
         .into_iter()
