@@ -35,7 +35,7 @@ TASK_PARAMS = {
 # Each encoding's own parameters (lab/src/model/*.rs); schema 2 wrote TAPA's and PoPE's in every row.
 ENCODING_PARAMS = {
     "pope": ("pope_delta_init",),
-    "tapa": ("tapa_rho", "tapa_alpha", "tapa_phase"),
+    "tapa": ("tapa_rho", "tapa_alpha", "tapa_phase", "tapa_phase_init_scale"),
     "p-rope": ("rope_p",),
     "partial-rope": ("rotary_dim",),
 }

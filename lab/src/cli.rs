@@ -105,7 +105,7 @@ pub enum Cmd {
         /// Seed.
         #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
         seed: u64,
-        /// Split: train or eval (disjoint random streams).
+        /// Split: train, val (validation) or eval (test): disjoint random streams, or for corpora disjoint parts of the token stream.
         #[arg(long, value_enum, default_value_t = SplitArg::Train)]
         split: SplitArg,
     },

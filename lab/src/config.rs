@@ -773,7 +773,9 @@ pub(crate) mod tests {
             EncodingConfig::Tapa(TapaParams {
                 tapa_rho: 0.5,
                 tapa_alpha: 0.2,
-                tapa_phase: TapaPhase::Quadratic
+                tapa_phase: TapaPhase::Quadratic,
+                tapa_phase_init_scale: 1.0,
+                tapa_phase_gain: 1.0,
             })
         );
         assert!(c.canonical_json().contains(

@@ -72,7 +72,8 @@ EXPECTED = {
 # table (null for the others); when present they have these types.
 OPTIONAL = {
     "runs": {
-        "pope_delta_init": S, "tapa_rho": F64, "tapa_alpha": F64, "tapa_phase": S, "rope_p": F64,
+        "pope_delta_init": S, "tapa_rho": F64, "tapa_alpha": F64, "tapa_phase": S,
+        "tapa_phase_init_scale": F64, "rope_p": F64,
         "rotary_dim": I64, "nope_every": I64, "canon_len": I64, "answer_curve": I64,
     },
 }

@@ -173,6 +173,7 @@ fn token_major_heads_match_contiguous_heads() {
                     amp_dim: 4,
                     alpha: 0.1,
                     phase: TapaPhase::Quadratic,
+                    phase_gain: 1.0,
                 },
             ),
             (
@@ -181,6 +182,7 @@ fn token_major_heads_match_contiguous_heads() {
                     amp_dim: 3,
                     alpha: 0.2,
                     phase: TapaPhase::Linear,
+                    phase_gain: 1.0,
                 },
             ),
             (

@@ -376,6 +376,7 @@ impl TapaScore {
         amp_dim: usize,
         alpha: f64,
         phase: TapaPhase,
+        gain: f64,
     ) -> Self {
         let (a, p) = (amp_dim, d - amp_dim);
         let part = |x: &[f32], from: usize, width: usize, scale: f32| -> Vec<f32> {
@@ -407,7 +408,8 @@ impl TapaScore {
             let kpt = transpose(&kp, l, p);
             (qp, kp, kpt, Vec::new(), Vec::new())
         };
-        let two_pi = 2.0 * std::f64::consts::PI;
+        // The phase gain rides on the distance table: forward and backward both read it.
+        let two_pi = 2.0 * std::f64::consts::PI * gain;
         let dist = (0..l)
             .map(|n| {
                 if n == 0 {
@@ -919,8 +921,10 @@ pub fn flash_forward(
                     amp_dim,
                     alpha,
                     phase,
+                    phase_gain,
                 } => {
-                    let sc = TapaScore::new(qh, kh, l, d, *amp_dim, *alpha, *phase);
+                    let sc =
+                        TapaScore::new(qh, kh, l, d, *amp_dim, *alpha, *phase, *phase_gain);
                     head_forward(&sc, vh, l, d, o, lse);
                 }
                 _ => {
@@ -1022,9 +1026,11 @@ pub fn flash_backward(
                     amp_dim,
                     alpha,
                     phase,
+                    phase_gain,
                 } => {
                     let mut sc =
-                        TapaScore::new(qh, kh, l, d, *amp_dim, *alpha, *phase).with_grads();
+                        TapaScore::new(qh, kh, l, d, *amp_dim, *alpha, *phase, *phase_gain)
+                            .with_grads();
                     head_backward(&mut sc, &vt, oh, doh, lh, l, d, dv);
                     let (a, p) = (sc.a, sc.p);
                     let (sa, sp) = (1.0 / (a as f32).sqrt(), 1.0 / (p as f32).sqrt());
@@ -1501,6 +1507,21 @@ mod tests {
             });
             // Inputs of order 0.5 keep TAPA's phase 2π·D·P of order a few radians.
             check(&cfg, 0.5, None);
+        }
+    }
+
+    /// The phase gain (R59's H-lr) through the kernels' distance table, forward and backward,
+    /// against the reference's `2π·D·g·P`.
+    #[test]
+    fn tapa_phase_gain_matches_reference() {
+        for phase in [TapaPhase::Quadratic, TapaPhase::Linear] {
+            let mut cfg = config(Encoding::Tapa, 2, 8);
+            cfg.encoding = EncodingConfig::Tapa(TapaParams {
+                tapa_phase: phase,
+                tapa_phase_gain: 3.0,
+                ..TapaParams::default()
+            });
+            check(&cfg, 0.3, None);
         }
     }
 

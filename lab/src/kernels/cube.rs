@@ -104,6 +104,8 @@ pub enum CubeEncoding {
         alpha: f64,
         /// Quadratic `q_P·k_P` or linear `Σq_P + Σk_P` phase.
         phase: TapaPhase,
+        /// Gain `g` of the phase argument (1 = the paper); it rides on the phase's `1/√p`.
+        phase_gain: f64,
     },
 }
 
@@ -3694,6 +3696,7 @@ impl Plan {
                 amp_dim,
                 alpha,
                 phase,
+                phase_gain,
             } => {
                 assert!(
                     *amp_dim >= 1 && *amp_dim < d,
@@ -3703,7 +3706,7 @@ impl Plan {
                 plan.amp = *amp_dim;
                 plan.linear = *phase == TapaPhase::Linear;
                 plan.inv_sqrt_a = 1.0 / (*amp_dim as f32).sqrt();
-                plan.inv_sqrt_p = 1.0 / ((d - amp_dim) as f32).sqrt();
+                plan.inv_sqrt_p = (*phase_gain / ((d - amp_dim) as f64).sqrt()) as f32;
                 plan.alpha = *alpha as f32;
             }
         }
@@ -4650,10 +4653,12 @@ impl CubeAttentionParams {
                 amp_dim,
                 alpha,
                 phase,
+                phase_gain,
             } => CubeEncoding::Tapa {
                 amp_dim,
                 alpha,
                 phase,
+                phase_gain,
             },
         };
         Self::new(encoding)

@@ -90,6 +90,8 @@ pub enum KernelEncoding {
         alpha: f64,
         /// Quadratic `q_P·k_P` or linear `Σq_P + Σk_P`.
         phase: TapaPhase,
+        /// Gain `g` of the phase argument (`2π·|m−n|^α·g·P/√p`; 1 = the paper).
+        phase_gain: f64,
     },
 }
 

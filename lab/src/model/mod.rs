@@ -484,6 +484,20 @@ impl ModelConfig {
                 }),
             });
         }
+        // TAPA's phase scale at initialisation (R59, H-init): the phase columns of W_q and W_k
+        // drawn √s larger, after the draw so the seed's stream is unchanged.
+        for (layer, block) in blocks.iter_mut().enumerate() {
+            if let (Encoding::Tapa, EncodingConfig::Tapa(p)) =
+                (self.layer_encoding(layer), &self.encoding)
+                && p.tapa_phase_init_scale != 1.0
+            {
+                let head_dim = self.head_dim();
+                let amp_dim = Tapa::new(head_dim, p.tapa_rho, p.tapa_alpha, p.tapa_phase).amp_dim;
+                let gain = p.tapa_phase_init_scale.sqrt() as f32;
+                block.wq = scale_phase_columns(&block.wq, head_dim, amp_dim, gain, device);
+                block.wk = scale_phase_columns(&block.wk, head_dim, amp_dim, gain, device);
+            }
+        }
         let lm_head = normal([d, self.vocab_size], std);
         Transformer {
             token_embedding,
@@ -493,6 +507,27 @@ impl ModelConfig {
             kernel: self.attention,
         }
     }
+}
+
+/// `w` (`[d_model, d_model]`, input-major, output column `h·head_dim + j` = head `h`'s dim `j`)
+/// with every head's columns `amp_dim..head_dim` multiplied by `gain`.
+fn scale_phase_columns(
+    w: &Param<Tensor<2>>,
+    head_dim: usize,
+    amp_dim: usize,
+    gain: f32,
+    device: &Device,
+) -> Param<Tensor<2>> {
+    let [rows, cols] = w.val().dims();
+    let mut v = w.val().into_data().try_to_vec::<f32>().expect("f32 weights");
+    for r in 0..rows {
+        for c in 0..cols {
+            if c % head_dim >= amp_dim {
+                v[r * cols + c] *= gain;
+            }
+        }
+    }
+    Param::from_data(TensorData::new(v, [rows, cols]), device)
 }
 
 fn ones(d: usize, device: &Device) -> Param<Tensor<1>> {

@@ -49,6 +49,28 @@ pub struct TapaParams {
     /// `quadratic` (the paper) or `linear` (ablation) phase.
     #[serde(default)]
     pub tapa_phase: TapaPhase,
+    /// Scale `s` of the phase argument at initialisation, in (0, 10⁴]: the phase columns of
+    /// `W_q` and `W_k` (head dims `amp_dim..head_dim` of every head) are drawn `√s` times larger,
+    /// so the quadratic phase `q_P·k_P` starts `s` times larger (the linear one `√s`); the other
+    /// weights and the seed's stream are unchanged. 1 = the paper's initialisation (R59's
+    /// H-init; not serialised at 1, so run ids of the default stay as they were).
+    #[serde(default = "default_init_scale", skip_serializing_if = "is_default_init_scale")]
+    pub tapa_phase_init_scale: f64,
+    /// Gain `g` of the phase argument, in (0, 10⁴]: the cosine's argument is
+    /// `2π·|m − n|^α · g·(q_P·k_P)/√((1−ρ)d)` (the linear phase likewise). With
+    /// `tapa_phase_init_scale = 1/g` the function at initialisation is the paper's, and AdamW's
+    /// steps (of a size set by the learning rate, whatever the gradient's scale) move the
+    /// quadratic phase `√g` times faster: the phase projections' learning rate ×√g (R59's H-lr).
+    /// 1 = the paper (not serialised at 1).
+    #[serde(default = "default_init_scale", skip_serializing_if = "is_default_init_scale")]
+    pub tapa_phase_gain: f64,
+}
+
+fn default_init_scale() -> f64 {
+    1.0
+}
+fn is_default_init_scale(s: &f64) -> bool {
+    *s == 1.0
 }
 
 fn default_rho() -> f64 {
@@ -65,12 +87,20 @@ impl Default for TapaParams {
             tapa_rho: default_rho(),
             tapa_alpha: default_alpha(),
             tapa_phase: TapaPhase::default(),
+            tapa_phase_init_scale: default_init_scale(),
+            tapa_phase_gain: default_init_scale(),
         }
     }
 }
 
 impl EncodingParams for TapaParams {
-    const NAMES: &'static [&'static str] = &["tapa_rho", "tapa_alpha", "tapa_phase"];
+    const NAMES: &'static [&'static str] = &[
+        "tapa_rho",
+        "tapa_alpha",
+        "tapa_phase",
+        "tapa_phase_init_scale",
+        "tapa_phase_gain",
+    ];
 
     fn validate(&self, _head_dim: usize) -> Result<(), ParamError> {
         if !(self.tapa_rho > 0.0 && self.tapa_rho < 1.0) {
@@ -85,6 +115,22 @@ impl EncodingParams for TapaParams {
                 "tapa_alpha",
                 self.tapa_alpha.to_string(),
                 "must be in [0, 10]".into(),
+            ));
+        }
+        let s = self.tapa_phase_init_scale;
+        if !(s.is_finite() && s > 0.0 && s <= 1e4) {
+            return Err((
+                "tapa_phase_init_scale",
+                s.to_string(),
+                "must be in (0, 10000]".into(),
+            ));
+        }
+        let g = self.tapa_phase_gain;
+        if !(g.is_finite() && g > 0.0 && g <= 1e4) {
+            return Err((
+                "tapa_phase_gain",
+                g.to_string(),
+                "must be in (0, 10000]".into(),
             ));
         }
         Ok(())
@@ -103,6 +149,8 @@ pub struct Tapa {
     /// Phase form.
     #[module(skip)]
     pub phase: TapaPhase,
+    /// Gain `g` of the phase argument ([`TapaParams::tapa_phase_gain`]; 1 = the paper).
+    pub gain: f64,
 }
 
 impl Tapa {
@@ -114,7 +162,14 @@ impl Tapa {
             amp_dim,
             alpha,
             phase,
+            gain: 1.0,
         }
+    }
+
+    /// The same with phase gain `gain` ([`TapaParams::tapa_phase_gain`]).
+    pub fn with_gain(mut self, gain: f64) -> Self {
+        self.gain = gain;
+        self
     }
 
     /// Phase dimensions `d − amp_dim`.
@@ -162,7 +217,7 @@ impl Tapa {
         let [_, _, l, _] = q.dims();
         let dist = self.distance_power(l, &q.device());
         let amp = self.amplitude_term(q.clone(), k.clone());
-        let phase = self.phase_term(q, k) * dist * (2.0 * std::f64::consts::PI);
+        let phase = self.phase_term(q, k) * dist * (2.0 * std::f64::consts::PI * self.gain);
         amp * phase.cos()
     }
 }
@@ -180,6 +235,7 @@ impl PositionalEncoding for Tapa {
             params.tapa_alpha,
             params.tapa_phase,
         )
+        .with_gain(params.tapa_phase_gain)
     }
 
     fn spectrum(config: &ModelConfig, params: &TapaParams) -> Spectrum {
@@ -209,6 +265,7 @@ impl PositionalEncoding for Tapa {
                 amp_dim,
                 alpha,
                 phase,
+                phase_gain: self.gain,
             },
             None,
         )
@@ -252,6 +309,83 @@ mod tests {
         let s = lin.scores(q, k).into_data().try_to_vec::<f32>().unwrap();
         let want = (1.0 / 2f64.sqrt()) * (2.0 * std::f64::consts::PI * 3.75 / 2f64.sqrt()).cos();
         assert!((s[2] as f64 - want).abs() < 1e-5, "{} vs {want}", s[2]);
+    }
+
+    /// `tapa_phase_init_scale = s` multiplies exactly the phase columns of `W_q` and `W_k` by
+    /// `√s` (head dims `amp_dim..head_dim` of every head) and leaves every other weight as drawn.
+    #[test]
+    fn phase_init_scale_scales_the_phase_columns_only() {
+        use crate::model::{EncodingConfig, ModelConfig};
+        let device = Device::flex();
+        let at = |s: f64| {
+            ModelConfig::attention_only(
+                EncodingConfig::Tapa(TapaParams {
+                    tapa_phase_init_scale: s,
+                    ..TapaParams::default()
+                }),
+                2,
+                8,
+            )
+            .init(3, &device)
+        };
+        let (m0, m1) = (at(1.0), at(100.0));
+        let vals = |p: &burn::module::Param<Tensor<2>>| p.val().into_data().to_vec::<f32>().unwrap();
+        let (b0, b1) = (&m0.blocks[0], &m1.blocks[0]);
+        for (w0, w1) in [(vals(&b0.wq), vals(&b1.wq)), (vals(&b0.wk), vals(&b1.wk))] {
+            let mut scaled = 0;
+            for (i, (a, b)) in w0.iter().zip(&w1).enumerate() {
+                // 16 columns: head h's dim j is column 8h + j; ρ = 0.5 → dims 4..8 are phase.
+                if (i % 16) % 8 >= 4 {
+                    assert!((b - 10.0 * a).abs() <= 1e-6 * a.abs().max(1e-3), "{b} vs 10·{a}");
+                    scaled += 1;
+                } else {
+                    assert_eq!(a, b);
+                }
+            }
+            assert_eq!(scaled, 16 * 8);
+        }
+        assert_eq!(vals(&b0.wv), vals(&b1.wv));
+        assert_eq!(vals(&b0.wo), vals(&b1.wo));
+        // Not serialised at its default (run ids unchanged), serialised otherwise.
+        let json = |s: f64| {
+            serde_json::to_string(&TapaParams {
+                tapa_phase_init_scale: s,
+                ..TapaParams::default()
+            })
+            .unwrap()
+        };
+        assert!(!json(1.0).contains("init_scale"));
+        assert!(json(10.0).contains(r#""tapa_phase_init_scale":10.0"#));
+    }
+
+    /// A gain `g` on the phase is the same as the phase dims of q multiplied by `g` (quadratic
+    /// phase: `g·q_P·k_P = (g·q_P)·k_P`).
+    #[test]
+    fn phase_gain_is_a_scaled_query_phase() {
+        let device = Device::flex();
+        let (l, d) = (5, 8);
+        let vals = |seed: u32| -> Vec<f32> {
+            (0..l * d)
+                .map(|i| (((i as u32 * 2654435761u32) ^ seed) % 1000) as f32 / 1000.0 - 0.5)
+                .collect()
+        };
+        let t = |v: Vec<f32>| Tensor::<4>::from_data(TensorData::new(v, [1, 1, l, d]), &device);
+        let (q, k) = (vals(1), vals(2));
+        let mut q_scaled = q.clone();
+        for (i, x) in q_scaled.iter_mut().enumerate() {
+            if i % d >= 4 {
+                *x *= 2.5;
+            }
+        }
+        let gained = Tapa::new(d, 0.5, 0.1, TapaPhase::Quadratic).with_gain(2.5);
+        let plain = Tapa::new(d, 0.5, 0.1, TapaPhase::Quadratic);
+        let a = gained.scores(t(q.clone()), t(k.clone())).into_data().to_vec::<f32>().unwrap();
+        let b = plain.scores(t(q_scaled), t(k.clone())).into_data().to_vec::<f32>().unwrap();
+        let c = plain.scores(t(q), t(k)).into_data().to_vec::<f32>().unwrap();
+        for (x, y) in a.iter().zip(&b) {
+            assert!((x - y).abs() < 1e-5, "{x} vs {y}");
+        }
+        assert!(a.iter().zip(&c).any(|(x, y)| (x - y).abs() > 1e-3), "the gain changes the scores");
     }
 
     #[test]

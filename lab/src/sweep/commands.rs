@@ -568,6 +568,8 @@ pub fn run_one_files(
     cfg.validate()
         .map_err(|e| SweepError::Data(format!("{}: {e}", config.display())))?;
     let every = (cfg.steps / 20).max(1);
+    // TAPA's probe centroid is no θ_eff (docs/analysis-rules.md R59).
+    let tapa = cfg.encoding.kind() == crate::model::Encoding::Tapa;
     let outcome =
         match super::runner::run_one(&cfg, meta, out, backend, &evals, &mut |p| match *p {
             Progress::Step {
@@ -589,9 +591,14 @@ pub fn run_one_files(
                 let answers = answer_accuracy
                     .map(|a| format!(", greedy answers {:.1} %", 100.0 * a))
                     .unwrap_or_default();
+                let theta = if tapa {
+                    String::new()
+                } else {
+                    format!(", θ_eff {effective_freq:.4} rad/token")
+                };
                 eprintln!(
-                    "eval at step {step}/{steps}: held-out loss {loss:.4}, accuracy {accuracy:.4}, \
-                     θ_eff {effective_freq:.4} rad/token{answers}"
+                    "eval at step {step}/{steps}: held-out loss {loss:.4}, accuracy {accuracy:.4}\
+                     {theta}{answers}"
                 );
             }
         }) {

@@ -263,8 +263,26 @@ pub fn read_records(out_dir: &Path, ids: &[String]) -> Result<Vec<RunRecord>, Re
             };
         }
     }
+    drop_tapa_theta(&mut records);
     Ok(records)
 }
+
+/// TAPA's spectrum centroid is a phase frequency in radians per unit of `|m − n|^α`, not per
+/// token (docs/analysis-rules.md R59): its records get no θ_eff (pooled, positional or per layer)
+/// beside the rotary encodings'.
+fn drop_tapa_theta(records: &mut [RunRecord]) {
+    for r in records.iter_mut().filter(|r| r.encoding == TAPA) {
+        r.theta = None;
+        r.theta_positional = None;
+        r.theta_layers.iter_mut().for_each(|t| *t = None);
+    }
+}
+
+/// The encoding whose probe centroid is not a θ_eff (R59).
+const TAPA: &str = "tapa";
+
+/// The note under a table whose TAPA rows print no θ_eff.
+pub const TAPA_THETA_NOTE: &str = "tapa: no θ_eff (–): its probe centroid is a phase frequency in radians per unit of |m − n|^α, not per token (docs/analysis-rules.md R59); runs.parquet keeps it in effective_freq\n";
 
 /// Every pooling a set of runs offers, in print order: `positional` (R2), `window-layer` (R15,
 /// when attention profiles were measured), `all`, then `layer:<l>`. One-layer models (or tables
@@ -455,20 +473,27 @@ pub fn summary_text(done: &[&RunRecord], fits: &[FitRow], failed: usize) -> Stri
         let e1: Vec<f64> = rs.iter().filter_map(|r| r.entropy).collect();
         let (am, asd) = mean_sd(&accs);
         let (tm, tsd) = mean_sd(&th);
+        let theta = if th.is_empty() {
+            format!("{:>18}", "–")
+        } else {
+            format!("{tm:>9.4} ± {tsd:<6.4}")
+        };
         s.push_str(&format!(
-            "{:<8} {:<6} {:>5} {:>5} {:>7.3} ± {:<6.3} {:>9.4} ± {:<6.4} {:>8.4} {:>7.2} → {:<6.2}\n",
+            "{:<8} {:<6} {:>5} {:>5} {:>7.3} ± {:<6.3} {} {:>8.4} {:>7.2} → {:<6.2}\n",
             var,
             enc,
             b,
             rs.len(),
             am,
             asd,
-            tm,
-            tsd,
+            theta,
             std::f64::consts::PI / *b as f64,
             mean_sd(&e0).0,
             mean_sd(&e1).0
         ));
+    }
+    if done.iter().any(|r| r.encoding == TAPA) {
+        s.push_str(TAPA_THETA_NOTE);
     }
     if failed > 0 {
         s.push_str(&format!(
@@ -985,5 +1010,32 @@ mod tests {
         assert!((l - 0.5).abs() < 1e-12 && (f - 0.1).abs() < 1e-12);
         a.far = None;
         assert_eq!(a.drops(), None);
+    }
+
+    /// TAPA's records lose their θ_eff (R59) and the summary prints `–` with the note; a RoPE
+    /// record beside it keeps its value.
+    #[test]
+    fn tapa_prints_no_theta() {
+        let mut recs = vec![rec(0, 8, 0.2, 0.1), rec(0, 8, 0.3, 0.4)];
+        recs[1].encoding = "tapa".into();
+        recs[1].id = "tapa".into();
+        drop_tapa_theta(&mut recs);
+        assert_eq!(recs[0].theta_positional, Some(0.2));
+        assert_eq!(recs[1].theta, None);
+        assert_eq!(recs[1].theta_positional, None);
+        assert_eq!(recs[1].theta_layers, vec![None, None]);
+        let done: Vec<&RunRecord> = recs.iter().collect();
+        let text = summary_text(&done, &[], 0);
+        let tapa_row = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some("tapa"))
+            .expect("a tapa row");
+        assert!(tapa_row.contains('–'), "{tapa_row}");
+        let rope_row = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some("rope"))
+            .expect("a rope row");
+        assert!(rope_row.contains("0.1414"), "{rope_row}");
+        assert!(text.contains(TAPA_THETA_NOTE), "{text}");
     }
 }

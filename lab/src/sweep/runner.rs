@@ -1008,12 +1008,18 @@ fn finished_line(dir: &Path, r: &Running, secs: f64) -> String {
     let acc = column::floats(b, "final_eval_accuracy")[0].unwrap_or(f64::NAN);
     let loss = column::floats(b, "final_eval_loss")[0].unwrap_or(f64::NAN);
     let theta = column::floats(b, "effective_freq")[0].unwrap_or(f64::NAN);
+    // TAPA's probe centroid is no θ_eff (docs/analysis-rules.md R59).
+    let theta = if column::strings(b, "encoding")[0].as_deref() == Some("tapa") {
+        String::new()
+    } else {
+        format!(", θ_eff {theta:.4} rad/token")
+    };
     let ms = column::floats(b, "ms_per_step")[0].unwrap_or(f64::NAN);
     let answer = column::floats(b, "answer_accuracy")[0]
         .map(|a| format!(", generated-answer acc {a:.3}"))
         .unwrap_or_default();
     format!(
-        "  ✓ {label}: eval loss {loss:.3}, acc {acc:.3}{answer}, θ_eff {theta:.4} rad/token ({secs:.0} s, {ms:.0} ms/step)"
+        "  ✓ {label}: eval loss {loss:.3}, acc {acc:.3}{answer}{theta} ({secs:.0} s, {ms:.0} ms/step)"
     )
 }
 
