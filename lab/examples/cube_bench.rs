@@ -132,6 +132,7 @@ mod imp {
                         } else {
                             TapaPhase::Linear
                         },
+                        phase_gain: 1.0,
                     },
                     other => panic!("unknown encoding {other}"),
                 };

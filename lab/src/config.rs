@@ -865,8 +865,14 @@ pub(crate) mod tests {
             "tapa_rho = 1 is out of range: must be in (0, 1)"
         );
         for e in Encoding::ALL {
-            let cfg = EncodingConfig::from(*e);
+            let mut cfg = EncodingConfig::from(*e);
             assert_eq!(cfg.kind(), *e);
+            // Keys left out at their default (so that run ids stay as they were) are listed
+            // when set: TAPA's phase scale and gain.
+            if let EncodingConfig::Tapa(p) = &mut cfg {
+                p.tapa_phase_init_scale = 2.0;
+                p.tapa_phase_gain = 2.0;
+            }
             let mut keys: Vec<String> = cfg.flat().keys().cloned().collect();
             keys.retain(|k| k != "encoding");
             let mut names: Vec<String> = e.params().iter().map(|s| s.to_string()).collect();

@@ -923,8 +923,7 @@ pub fn flash_forward(
                     phase,
                     phase_gain,
                 } => {
-                    let sc =
-                        TapaScore::new(qh, kh, l, d, *amp_dim, *alpha, *phase, *phase_gain);
+                    let sc = TapaScore::new(qh, kh, l, d, *amp_dim, *alpha, *phase, *phase_gain);
                     head_forward(&sc, vh, l, d, o, lse);
                 }
                 _ => {

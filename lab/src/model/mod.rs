@@ -519,7 +519,11 @@ fn scale_phase_columns(
     device: &Device,
 ) -> Param<Tensor<2>> {
     let [rows, cols] = w.val().dims();
-    let mut v = w.val().into_data().try_to_vec::<f32>().expect("f32 weights");
+    let mut v = w
+        .val()
+        .into_data()
+        .try_to_vec::<f32>()
+        .expect("f32 weights");
     for r in 0..rows {
         for c in 0..cols {
             if c % head_dim >= amp_dim {

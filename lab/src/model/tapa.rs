@@ -54,7 +54,10 @@ pub struct TapaParams {
     /// so the quadratic phase `q_P·k_P` starts `s` times larger (the linear one `√s`); the other
     /// weights and the seed's stream are unchanged. 1 = the paper's initialisation (R59's
     /// H-init; not serialised at 1, so run ids of the default stay as they were).
-    #[serde(default = "default_init_scale", skip_serializing_if = "is_default_init_scale")]
+    #[serde(
+        default = "default_init_scale",
+        skip_serializing_if = "is_default_init_scale"
+    )]
     pub tapa_phase_init_scale: f64,
     /// Gain `g` of the phase argument, in (0, 10⁴]: the cosine's argument is
     /// `2π·|m − n|^α · g·(q_P·k_P)/√((1−ρ)d)` (the linear phase likewise). With
@@ -62,7 +65,10 @@ pub struct TapaParams {
     /// steps (of a size set by the learning rate, whatever the gradient's scale) move the
     /// quadratic phase `√g` times faster: the phase projections' learning rate ×√g (R59's H-lr).
     /// 1 = the paper (not serialised at 1).
-    #[serde(default = "default_init_scale", skip_serializing_if = "is_default_init_scale")]
+    #[serde(
+        default = "default_init_scale",
+        skip_serializing_if = "is_default_init_scale"
+    )]
     pub tapa_phase_gain: f64,
 }
 
@@ -329,14 +335,18 @@ mod tests {
             .init(3, &device)
         };
         let (m0, m1) = (at(1.0), at(100.0));
-        let vals = |p: &burn::module::Param<Tensor<2>>| p.val().into_data().to_vec::<f32>().unwrap();
+        let vals =
+            |p: &burn::module::Param<Tensor<2>>| p.val().into_data().to_vec::<f32>().unwrap();
         let (b0, b1) = (&m0.blocks[0], &m1.blocks[0]);
         for (w0, w1) in [(vals(&b0.wq), vals(&b1.wq)), (vals(&b0.wk), vals(&b1.wk))] {
             let mut scaled = 0;
             for (i, (a, b)) in w0.iter().zip(&w1).enumerate() {
                 // 16 columns: head h's dim j is column 8h + j; ρ = 0.5 → dims 4..8 are phase.
                 if (i % 16) % 8 >= 4 {
-                    assert!((b - 10.0 * a).abs() <= 1e-6 * a.abs().max(1e-3), "{b} vs 10·{a}");
+                    assert!(
+                        (b - 10.0 * a).abs() <= 1e-6 * a.abs().max(1e-3),
+                        "{b} vs 10·{a}"
+                    );
                     scaled += 1;
                 } else {
                     assert_eq!(a, b);
@@ -379,13 +389,28 @@ mod tests {
         }
         let gained = Tapa::new(d, 0.5, 0.1, TapaPhase::Quadratic).with_gain(2.5);
         let plain = Tapa::new(d, 0.5, 0.1, TapaPhase::Quadratic);
-        let a = gained.scores(t(q.clone()), t(k.clone())).into_data().to_vec::<f32>().unwrap();
-        let b = plain.scores(t(q_scaled), t(k.clone())).into_data().to_vec::<f32>().unwrap();
-        let c = plain.scores(t(q), t(k)).into_data().to_vec::<f32>().unwrap();
+        let a = gained
+            .scores(t(q.clone()), t(k.clone()))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        let b = plain
+            .scores(t(q_scaled), t(k.clone()))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
+        let c = plain
+            .scores(t(q), t(k))
+            .into_data()
+            .to_vec::<f32>()
+            .unwrap();
         for (x, y) in a.iter().zip(&b) {
             assert!((x - y).abs() < 1e-5, "{x} vs {y}");
         }
-        assert!(a.iter().zip(&c).any(|(x, y)| (x - y).abs() > 1e-3), "the gain changes the scores");
+        assert!(
+            a.iter().zip(&c).any(|(x, y)| (x - y).abs() > 1e-3),
+            "the gain changes the scores"
+        );
     }
 
     #[test]
