@@ -161,23 +161,25 @@ pub fn group_by_rest(
             }
         }
     }
-    // The keys whose values differ between groups make the labels.
-    let varying: Vec<&String> = order
-        .first()
-        .map(|first| {
-            first
+    // The keys whose values differ between groups make the labels: over the union of every
+    // group's keys, since a config leaves some keys out at their defaults (TAPA's phase scale
+    // and gain), and a key absent from one group but set in another tells them apart.
+    let mut all_keys: Vec<&String> = order
+        .iter()
+        .flat_map(|o| o.iter().map(|(k, _)| k))
+        .collect();
+    all_keys.sort();
+    all_keys.dedup();
+    let varying: Vec<&String> = all_keys
+        .into_iter()
+        .filter(|k| {
+            let vals: Vec<Option<&String>> = order
                 .iter()
-                .map(|(k, _)| k)
-                .filter(|k| {
-                    let vals: Vec<Option<&String>> = order
-                        .iter()
-                        .map(|o| o.iter().find(|(x, _)| x == *k).map(|(_, v)| v))
-                        .collect();
-                    vals.windows(2).any(|w| w[0] != w[1])
-                })
-                .collect()
+                .map(|o| o.iter().find(|(x, _)| x == *k).map(|(_, v)| v))
+                .collect();
+            vals.windows(2).any(|w| w[0] != w[1])
         })
-        .unwrap_or_default();
+        .collect();
     order
         .iter()
         .zip(members)
@@ -461,6 +463,45 @@ mod tests {
         assert_eq!(
             ch[0].chosen,
             Err("run e (lr=0.003) has no val_loss (finished before the validation split existed): run it again in a new folder".to_string())
+        );
+    }
+
+    /// A key the first group leaves out (a parameter at its default, not serialised) still
+    /// labels the groups that set it (before: the labels read only the first group's keys, and
+    /// R59's three TAPA groups at ρ = 0.5, α = 0.1 all printed alike).
+    #[test]
+    fn a_key_absent_from_the_first_group_still_labels() {
+        let mk = |id: &str, extra: Option<f64>, lr: f64| {
+            let mut v =
+                serde_json::json!({"encoding": {"kind": "tapa", "tapa_rho": 0.5}, "lr": lr});
+            if let Some(s) = extra {
+                v["encoding"]["tapa_phase_init_scale"] = serde_json::json!(s);
+            }
+            v["encoding"]["tapa_rho"] = serde_json::json!(if extra.is_none() && id == "a" {
+                0.25
+            } else {
+                0.5
+            });
+            Candidate {
+                id: id.to_string(),
+                fields: flatten_config(&v),
+                metric: Some(Some(1.0)),
+                failed: false,
+            }
+        };
+        let c = vec![
+            mk("a", None, 0.001),
+            mk("b", Some(10.0), 0.001),
+            mk("c", Some(100.0), 0.001),
+        ];
+        let labels: Vec<String> = choose(&lr(), &c).into_iter().map(|ch| ch.label).collect();
+        assert_eq!(
+            labels,
+            vec![
+                "tapa_rho=0.25".to_string(),
+                "tapa_phase_init_scale=10.0 tapa_rho=0.5".to_string(),
+                "tapa_phase_init_scale=100.0 tapa_rho=0.5".to_string(),
+            ]
         );
     }
 
