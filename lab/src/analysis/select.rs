@@ -163,7 +163,12 @@ pub fn group_by_rest(
     }
     // The keys whose values differ between groups make the labels: over the union of every
     // group's keys, since a config leaves some keys out at their defaults (TAPA's phase scale
-    // and gain), and a key absent from one group but set in another tells them apart.
+    // and gain), and a key absent from one group but set in another tells them apart. An
+    // encoding's own parameter (`encoding.<name>`) is compared between groups of the same
+    // encoding only: RoPE has no `pope_delta_init`, and that does not set it apart from PoPE.
+    let value = |o: &Vec<(String, String)>, k: &str| -> Option<String> {
+        o.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone())
+    };
     let mut all_keys: Vec<&String> = order
         .iter()
         .flat_map(|o| o.iter().map(|(k, _)| k))
@@ -173,11 +178,13 @@ pub fn group_by_rest(
     let varying: Vec<&String> = all_keys
         .into_iter()
         .filter(|k| {
-            let vals: Vec<Option<&String>> = order
-                .iter()
-                .map(|o| o.iter().find(|(x, _)| x == *k).map(|(_, v)| v))
-                .collect();
-            vals.windows(2).any(|w| w[0] != w[1])
+            let own = k.starts_with("encoding.") && k.as_str() != "encoding.kind";
+            order.iter().enumerate().any(|(i, a)| {
+                order[i + 1..].iter().any(|b| {
+                    (!own || value(a, "encoding.kind") == value(b, "encoding.kind"))
+                        && value(a, k) != value(b, k)
+                })
+            })
         })
         .collect();
     order
@@ -502,6 +509,19 @@ mod tests {
                 "tapa_phase_init_scale=10.0 tapa_rho=0.5".to_string(),
                 "tapa_phase_init_scale=100.0 tapa_rho=0.5".to_string(),
             ]
+        );
+        // Another encoding's groups lack TAPA's keys: that alone labels nothing.
+        let rope = |id: &str, lr: f64| Candidate {
+            id: id.to_string(),
+            fields: flatten_config(&serde_json::json!({"encoding": {"kind": "rope"}, "lr": lr})),
+            metric: Some(Some(1.0)),
+            failed: false,
+        };
+        let c = vec![rope("r", 0.001), mk("b", Some(10.0), 0.001)];
+        let labels: Vec<String> = choose(&lr(), &c).into_iter().map(|ch| ch.label).collect();
+        assert_eq!(
+            labels,
+            vec!["encoding=rope".to_string(), "encoding=tapa".to_string()]
         );
     }
 

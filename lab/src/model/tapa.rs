@@ -336,7 +336,7 @@ mod tests {
         };
         let (m0, m1) = (at(1.0), at(100.0));
         let vals =
-            |p: &burn::module::Param<Tensor<2>>| p.val().into_data().to_vec::<f32>().unwrap();
+            |p: &burn::module::Param<Tensor<2>>| p.val().into_data().try_to_vec::<f32>().unwrap();
         let (b0, b1) = (&m0.blocks[0], &m1.blocks[0]);
         for (w0, w1) in [(vals(&b0.wq), vals(&b1.wq)), (vals(&b0.wk), vals(&b1.wk))] {
             let mut scaled = 0;
@@ -392,17 +392,17 @@ mod tests {
         let a = gained
             .scores(t(q.clone()), t(k.clone()))
             .into_data()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .unwrap();
         let b = plain
             .scores(t(q_scaled), t(k.clone()))
             .into_data()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .unwrap();
         let c = plain
             .scores(t(q), t(k))
             .into_data()
-            .to_vec::<f32>()
+            .try_to_vec::<f32>()
             .unwrap();
         for (x, y) in a.iter().zip(&b) {
             assert!((x - y).abs() < 1e-5, "{x} vs {y}");
