@@ -389,7 +389,7 @@ fn unknown_preset_is_one_line() {
     assert!(err.starts_with("error: --preset huge: "), "{err}");
     assert!(
         err.contains(
-            "block-width.toml has no preset `huge`; available presets: copy-1layer, fixed300, full, long, member, member-9seeds, member-confirm, member-long, member-replicate, p-rope, pope, pope-3seeds, quick, quick-burn, quick-replicates, quick-seeds345, quick-seeds678, recall-2000, recall-context, recall-long, smoke, window, window-long"
+            "block-width.toml has no preset `huge`; available presets: copy-1layer, fixed300, full, long, member, member-9seeds, member-confirm, member-long, member-replicate, p-rope, pope, pope-3seeds, quick, quick-burn, quick-replicates, quick-seeds345, quick-seeds678, recall-2000, recall-context, recall-long, smoke, tune, window, window-long"
         ),
         "{err}"
     );
