@@ -38,6 +38,8 @@ const ORANGE: RGBColor = RGBColor(230, 159, 0);
 const SKY: RGBColor = RGBColor(86, 180, 233);
 const YELLOW: RGBColor = RGBColor(240, 228, 66);
 const GREY: RGBColor = RGBColor(120, 120, 120);
+// NoPE: Okabe–Ito black, apart from the grey of the training-length marker and the notes.
+const NOPE_BLACK: RGBColor = RGBColor(0, 0, 0);
 const PALETTE: [RGBColor; 7] = [BLUE, VERMILLION, GREEN, PURPLE, ORANGE, SKY, YELLOW];
 
 /// The colour of a series label: fixed for encodings and RoPE scalings, else from the palette.
@@ -47,7 +49,7 @@ pub fn color_of(label: &str, index: usize) -> RGBColor {
         "rope" | "none" => BLUE,
         "pope" => VERMILLION,
         "tapa" => GREEN,
-        "nope" => GREY,
+        "nope" => NOPE_BLACK,
         "linear" => SKY,
         "ntk" => PURPLE,
         "yarn" => ORANGE,
@@ -549,7 +551,7 @@ impl LawPlot {
             Swatch::Dashed(BLACK),
         ));
         if !f.control.is_empty() {
-            items.push(("NoPE control (not fitted)".into(), Swatch::Cross(GREY)));
+            items.push(("NoPE control (not fitted)".into(), Swatch::Cross(NOPE_BLACK)));
         }
         items
     }
@@ -639,7 +641,7 @@ impl Figure for LawPlot {
         chart.draw_series(
             f.control
                 .iter()
-                .map(|c| Cross::new((c.1, c.2), 6, GREY.stroke_width(2))),
+                .map(|c| Cross::new((c.1, c.2), 6, NOPE_BLACK.stroke_width(2))),
         )?;
         let reference: Vec<(f64, f64)> = (0..=40)
             .map(|k| x0 * (x1 / x0).powf(k as f64 / 40.0))
