@@ -478,17 +478,12 @@ mod tests {
     /// R59's three TAPA groups at ρ = 0.5, α = 0.1 all printed alike).
     #[test]
     fn a_key_absent_from_the_first_group_still_labels() {
-        let mk = |id: &str, extra: Option<f64>, lr: f64| {
+        let mk = |id: &str, rho: f64, init_scale: Option<f64>| {
             let mut v =
-                serde_json::json!({"encoding": {"kind": "tapa", "tapa_rho": 0.5}, "lr": lr});
-            if let Some(s) = extra {
+                serde_json::json!({"encoding": {"kind": "tapa", "tapa_rho": rho}, "lr": 0.001});
+            if let Some(s) = init_scale {
                 v["encoding"]["tapa_phase_init_scale"] = serde_json::json!(s);
             }
-            v["encoding"]["tapa_rho"] = serde_json::json!(if extra.is_none() && id == "a" {
-                0.25
-            } else {
-                0.5
-            });
             Candidate {
                 id: id.to_string(),
                 fields: flatten_config(&v),
@@ -497,9 +492,9 @@ mod tests {
             }
         };
         let c = vec![
-            mk("a", None, 0.001),
-            mk("b", Some(10.0), 0.001),
-            mk("c", Some(100.0), 0.001),
+            mk("a", 0.25, None),
+            mk("b", 0.5, Some(10.0)),
+            mk("c", 0.5, Some(100.0)),
         ];
         let labels: Vec<String> = choose(&lr(), &c).into_iter().map(|ch| ch.label).collect();
         assert_eq!(
@@ -517,7 +512,7 @@ mod tests {
             metric: Some(Some(1.0)),
             failed: false,
         };
-        let c = vec![rope("r", 0.001), mk("b", Some(10.0), 0.001)];
+        let c = vec![rope("r", 0.001), mk("b", 0.5, Some(10.0))];
         let labels: Vec<String> = choose(&lr(), &c).into_iter().map(|ch| ch.label).collect();
         assert_eq!(
             labels,

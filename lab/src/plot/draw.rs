@@ -551,7 +551,10 @@ impl LawPlot {
             Swatch::Dashed(BLACK),
         ));
         if !f.control.is_empty() {
-            items.push(("NoPE control (not fitted)".into(), Swatch::Cross(NOPE_BLACK)));
+            items.push((
+                "NoPE control (not fitted)".into(),
+                Swatch::Cross(NOPE_BLACK),
+            ));
         }
         items
     }
