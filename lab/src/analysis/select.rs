@@ -166,9 +166,9 @@ pub fn group_by_rest(
     // and gain), and a key absent from one group but set in another tells them apart. An
     // encoding's own parameter (`encoding.<name>`) is compared between groups of the same
     // encoding only: RoPE has no `pope_delta_init`, and that does not set it apart from PoPE.
-    let value = |o: &Vec<(String, String)>, k: &str| -> Option<String> {
-        o.iter().find(|(x, _)| x == k).map(|(_, v)| v.clone())
-    };
+    fn value<'a>(o: &'a [(String, String)], k: &str) -> Option<&'a str> {
+        o.iter().find(|(x, _)| x == k).map(|(_, v)| v.as_str())
+    }
     let mut all_keys: Vec<&String> = order
         .iter()
         .flat_map(|o| o.iter().map(|(k, _)| k))
